@@ -1,0 +1,112 @@
+"""The ``ddpprof`` command: argument parsing and exit codes only; the work lives in the packages."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .atomic import atomic_path
+from .errors import UsageError
+from .report import table
+
+RECORD_COLUMNS = ["run", "variant", "status", "ranks", "grad_accum", "step_ms", "samples_per_s",
+                  "allreduces_per_step", "folder"]
+
+
+@click.group()
+@click.version_option(__version__, prog_name="ddpprof")
+def cli() -> None:
+    """Record PyTorch data-parallel training under torch.profiler and measure its overlap."""
+
+
+@cli.command()
+@click.option("--variant", "variant_spec", default="bucket_ddp_async", show_default=True,
+              help="A variant, a comma-separated list, or 'all'.")
+@click.option("--model", default="mlp-large", show_default=True)
+@click.option("--model-path", type=click.Path(path_type=Path),
+              help="A local Hugging Face checkpoint folder to train instead of random weights.")
+@click.option("--data", type=click.Path(path_type=Path),
+              help="A local .jsonl ('text' field) or text file; default: synthetic data.")
+@click.option("--tokenizer", type=click.Path(path_type=Path),
+              help="A local tokenizer folder for --data; default: --model-path, else bytes.")
+@click.option("--seq-len", default=256, show_default=True, help="Tokens per sequence (LMs).")
+@click.option("--nproc", default=2, show_default=True, help="Ranks per node.")
+@click.option("--steps", default=8, show_default=True, help="Optimizer steps.")
+@click.option("--global-batch", default=1024, show_default=True,
+              help="Samples per optimizer step, across all ranks and micro-steps.")
+@click.option("--grad-accum", type=int, default=None,
+              help="Micro-steps per optimizer step [default: 1; 2 for simple_ddp_ga].")
+@click.option("--bucket-cap-mb", default=25.0, show_default=True)
+@click.option("--gradient-as-bucket-view", is_flag=True, help="pytorch_ddp's option of that name.")
+@click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto",
+              show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("traces"), show_default=True)
+@click.option("--name", help="Run folder name [default: the variant].")
+@click.option("--wait", default=1, show_default=True, help="Profiler schedule: steps skipped.")
+@click.option("--warmup", default=2, show_default=True, help="Profiler schedule: warm-up steps.")
+@click.option("--active", default=3, show_default=True, help="Profiler schedule: traced steps.")
+@click.option("--nnodes", default=1, show_default=True)
+@click.option("--node-rank", default=0, show_default=True)
+@click.option("--rdzv-endpoint", help="HOST:PORT of the c10d rendezvous (multi-node).")
+@click.option("--lr", default=1e-3, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--timeout-s", default=300.0, show_default=True,
+              help="Process-group timeout: a rank stuck this long in a collective fails.")
+@click.option("--quiet", is_flag=True, help="No progress display (also under CI=true).")
+@click.option("--json", "json_file", type=click.Path(path_type=Path),
+              help="Write the summary table as JSON.")
+@click.option("--csv", "csv_file", type=click.Path(path_type=Path),
+              help="Write the summary table as CSV.")
+@click.option("--markdown", is_flag=True, help="Print the summary table as Markdown.")
+def record(variant_spec: str, json_file: Path | None, csv_file: Path | None, markdown: bool,
+           **options) -> None:
+    """Record training runs through torchrun: one Chrome trace per rank and a run.json each."""
+    from .record import RecordOptions
+    from .record import record as record_runs
+    from .record.launcher import parse_variants, summary_rows
+
+    outcomes = record_runs(RecordOptions(variants=parse_variants(variant_spec), **options))
+    rows = summary_rows(outcomes)
+    click.echo(table.to_markdown(rows, RECORD_COLUMNS) if markdown
+               else table.to_text(rows, RECORD_COLUMNS), nl=False)
+    _write_outputs(rows, json_file, csv_file, schema="ddpprof.record")
+    failed = [o for o in outcomes if o.status != "complete"]
+    if failed:
+        details = "; ".join(
+            f"{o.variant} ({o.error}; log: {o.run_dir / o.manifest['error']['log']})"
+            for o in failed)
+        raise click.ClickException(f"{len(failed)} of {len(outcomes)} runs failed: {details}")
+
+
+def _write_outputs(rows: list[dict], json_file: Path | None, csv_file: Path | None,
+                   schema: str) -> None:
+    for path, text in ((json_file, lambda: table.to_json(rows, schema)),
+                       (csv_file, lambda: table.to_csv(rows, RECORD_COLUMNS))):
+        if path is not None:
+            with atomic_path(path) as tmp:
+                tmp.write_text(text())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: bad input is one line on stderr and exit 2; a failed run is exit 1."""
+    try:
+        cli.main(args=argv, prog_name="ddpprof", standalone_mode=False)
+    except UsageError as error:
+        click.echo(f"ddpprof: error: {error}", err=True)
+        sys.exit(2)
+    except click.UsageError as error:
+        click.echo(f"ddpprof: error: {error.format_message()}", err=True)
+        sys.exit(2)
+    except click.ClickException as error:
+        click.echo(f"ddpprof: error: {error.format_message()}", err=True)
+        sys.exit(1)
+    except click.exceptions.Abort:
+        click.echo("ddpprof: aborted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

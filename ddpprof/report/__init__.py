@@ -1,0 +1,1 @@
+"""Tables and reports: everything that turns results into text for people or machines."""

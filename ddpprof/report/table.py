@@ -1,0 +1,54 @@
+"""One table, four renderings: aligned text for terminals, Markdown, CSV and JSON."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from importlib import resources
+from typing import Any
+
+import jinja2
+
+Row = dict[str, Any]
+
+
+def format_cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 1e6 else f"{value:,.0f}"
+    return str(value)
+
+
+def _environment() -> jinja2.Environment:
+    loader = jinja2.FunctionLoader(
+        lambda name: resources.files("ddpprof").joinpath("templates", name).read_text())
+    environment = jinja2.Environment(loader=loader, autoescape=False, keep_trailing_newline=True)
+    environment.filters["cell"] = lambda v: format_cell(v).replace("|", "\\|")
+    return environment
+
+
+def to_text(rows: list[Row], columns: list[str]) -> str:
+    cells = [[format_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def to_markdown(rows: list[Row], columns: list[str]) -> str:
+    return _environment().get_template("table.md.j2").render(rows=rows, columns=columns)
+
+
+def to_csv(rows: list[Row], columns: list[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def to_json(rows: list[Row], schema: str, version: int = 1) -> str:
+    return json.dumps({"schema": schema, "version": version, "rows": rows}, indent=2) + "\n"

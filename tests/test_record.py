@@ -1,0 +1,169 @@
+"""``ddpprof record`` end to end through torchrun, on tiny models."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddpprof.variants import VARIANT_NAMES
+
+pytestmark = pytest.mark.slow
+
+SCHEDULE = ["--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2"]
+
+
+def load_trace(path: Path) -> dict:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def all_variants(tmp_path_factory):
+    from conftest import run_ddpprof
+
+    out = tmp_path_factory.mktemp("traces")
+    result = run_ddpprof("record", "--variant", "all", "--model", "mlp-tiny", "--nproc", "2",
+                         "--global-batch", "32", *SCHEDULE, "--out", str(out),
+                         "--json", str(out / "summary.json"), "--markdown")
+    return out, result
+
+
+def test_every_variant_records_traces_and_a_complete_manifest(all_variants):
+    out, result = all_variants
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # CI=true: no progress display
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(VARIANT_NAMES)
+    for variant in VARIANT_NAMES:
+        manifest = json.loads((out / variant / "run.json").read_text())
+        config = manifest["config"]
+        world = 1 if variant == "single" else 2
+        assert manifest["status"] == "complete"
+        assert config["variant"] == variant and config["world_size"] == world
+        assert config["backend"] == "gloo" and config["parameters"] == 55258
+        assert config["grad_accum"] == (2 if variant == "simple_ddp_ga" else 1)
+        assert config["torch_version"] and len(config["devices"]) == world
+        assert manifest["traces"] == [f"rank{r}.pt.trace.json.gz" for r in range(world)]
+        assert [s["phase"] for s in manifest["steps"]] == [
+            "wait", "warmup", "active", "active", "after"]
+        assert all(s["wall_s"] > 0 and math.isfinite(s["loss"]) for s in manifest["steps"])
+        assert manifest["throughput"]["steps_used"] == [4]  # unprofiled, not the first
+        assert manifest["throughput"]["samples_per_s"] == pytest.approx(
+            32 / manifest["steps"][4]["wall_s"])
+
+
+def test_all_variants_train_the_same_model(all_variants):
+    """Same data, same initial weights (rank 0's), same maths: the losses agree."""
+    out, _ = all_variants
+    reference = [s["loss"] for s in json.loads((out / "single/run.json").read_text())["steps"]]
+    assert reference[-1] < reference[0]
+    for variant in VARIANT_NAMES:
+        losses = [s["loss"] for s in json.loads((out / variant / "run.json").read_text())["steps"]]
+        assert losses == pytest.approx(reference, abs=1e-4), variant
+
+
+def test_allreduces_per_sync_is_what_each_variant_launches(all_variants):
+    out, _ = all_variants
+    launched = {v: json.loads((out / v / "run.json").read_text())["config"]["allreduces_per_sync"]
+                for v in VARIANT_NAMES}
+    per_parameter = 8  # mlp-tiny: 4 Linear layers, weight and bias each
+    assert launched == {"single": 0, "simple_ddp": per_parameter, "simple_ddp_ga": per_parameter,
+                        "simple_ddp_hook": per_parameter, "simple_ddp_async": per_parameter,
+                        "bucket_ddp_async": 1, "pytorch_ddp": 1}
+
+
+def test_traces_are_chrome_traces_with_steps_ranks_and_collective_shapes(all_variants):
+    out, _ = all_variants
+    for variant in ("single", "simple_ddp", "bucket_ddp_async"):
+        for trace_path in sorted((out / variant).glob("rank*.pt.trace.json.gz")):
+            trace = load_trace(trace_path)
+            events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+            steps = sorted(e["name"] for e in events if e["name"].startswith("ProfilerStep#"))
+            assert steps == ["ProfilerStep#2", "ProfilerStep#3"]  # the two active steps
+            if variant == "single":
+                continue
+            assert trace["distributedInfo"]["rank"] == int(trace_path.name[4])
+            assert trace["distributedInfo"]["world_size"] == 2
+            allreduces = [e for e in events if e["name"] == "c10d::allreduce_"]
+            assert allreduces and all(e["args"].get("Input Dims") for e in allreduces)
+
+
+def test_summary_outputs(all_variants):
+    out, result = all_variants
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["schema"] == "ddpprof.record" and summary["version"] == 1
+    assert [r["variant"] for r in summary["rows"]] == list(VARIANT_NAMES)
+    assert result.stdout.startswith("| run | variant | status |")
+    assert result.stdout.count("| complete |") == len(VARIANT_NAMES)
+
+
+def test_a_crashed_rank_fails_the_run_without_hanging(tmp_path, ddpprof_cli):
+    result = ddpprof_cli("record", "--variant", "simple_ddp", "--model", "mlp-tiny",
+                         "--global-batch", "16", *SCHEDULE, "--out", str(tmp_path),
+                         "--timeout-s", "60", env={"DDPPROF_FAIL_AT": "1:2"}, timeout=180)
+    assert result.returncode == 1
+    assert "rank 1: RuntimeError: injected failure at step 2" in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    manifest = json.loads((tmp_path / "simple_ddp" / "run.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["error"]["rank"] == 1
+    assert "injected failure" in manifest["error"]["message"]
+    assert not (tmp_path / "simple_ddp" / "worker_result.json").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_on_localhost_with_c10d_rendezvous(tmp_path):
+    endpoint = f"127.0.0.1:{_free_port()}"
+    common = ["record", "--variant", "bucket_ddp_async", "--model", "mlp-tiny", "--nproc", "1",
+              "--nnodes", "2", "--rdzv-endpoint", endpoint, "--global-batch", "16", *SCHEDULE,
+              "--out", str(tmp_path), "--name", "two-nodes"]
+    env = {**os.environ, "CI": "true"}
+    nodes = [subprocess.Popen([sys.executable, "-m", "ddpprof.cli", *common, "--node-rank",
+                               str(node)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for node in (0, 1)]
+    outputs = [node.communicate(timeout=240) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    run = tmp_path / "two-nodes"
+    assert sorted(p.name for p in run.glob("rank*.pt.trace.json.gz")) == [
+        "rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+    for rank in (0, 1):
+        info = load_trace(run / f"rank{rank}.pt.trace.json.gz")["distributedInfo"]
+        assert (info["rank"], info["world_size"]) == (rank, 2)
+    manifest = json.loads((run / "run.json").read_text())
+    assert manifest["status"] == "complete" and manifest["config"]["world_size"] == 2
+    assert manifest["config"]["nnodes"] == 2
+
+
+def test_language_model_from_a_local_checkpoint_and_data_file(tmp_path, ddpprof_cli):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from workloads.models import SMOLLM2_CONFIGS
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**SMOLLM2_CONFIGS["smollm2-tiny"])).save_pretrained(
+        tmp_path / "ckpt")
+    corpus = Path(__file__).resolve().parent.parent / "workloads/sample_data/tiny_corpus.jsonl"
+    result = ddpprof_cli("record", "--variant", "pytorch_ddp", "--model", "tiny-ckpt",
+                         "--model-path", str(tmp_path / "ckpt"), "--data", str(corpus),
+                         "--seq-len", "32", "--global-batch", "8", *SCHEDULE,
+                         "--out", str(tmp_path / "traces"))
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "traces/pytorch_ddp/run.json").read_text())
+    assert manifest["config"]["seq_len"] == 32
+    assert manifest["config"]["parameters"] == sum(
+        p.numel() for p in LlamaForCausalLM.from_pretrained(tmp_path / "ckpt").parameters())
+    assert manifest["throughput"]["tokens_per_s"] == pytest.approx(
+        manifest["throughput"]["samples_per_s"] * 32)

@@ -1,0 +1,43 @@
+"""Bad input to ``ddpprof record``: one line naming the problem, exit 2, no traceback, no run."""
+
+from __future__ import annotations
+
+import pytest
+
+CASES = {
+    "unknown variant": (["--variant", "simple_ddp,fancy_ddp"], "unknown variant 'fancy_ddp'"),
+    "unknown model": (["--model", "gpt-9"], "unknown model 'gpt-9'"),
+    "batch not divisible": (["--global-batch", "100", "--nproc", "3"],
+                            "not divisible by world size 3 x grad-accum 1"),
+    "batch not divisible with accumulation": (
+        ["--variant", "simple_ddp_ga", "--global-batch", "6"],
+        "not divisible by world size 2 x grad-accum 2"),
+    "nccl ranks without GPUs": (["--backend", "nccl", "--nproc", "2"],
+                                "--backend nccl needs one GPU per rank"),
+    "window longer than the run": (["--steps", "3"], "does not fit in --steps 3"),
+    "non-positive bucket": (["--bucket-cap-mb", "0"], "--bucket-cap-mb must be positive"),
+    "bad option value": (["--nproc", "two"], "'two' is not a valid integer"),
+    "missing data file": (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such data file"),
+    "not a checkpoint": (["--model-path", "."], "not a Hugging Face checkpoint folder"),
+    "single across nodes": (["--variant", "single", "--nnodes", "2", "--rdzv-endpoint",
+                             "127.0.0.1:1"], "cannot span --nnodes > 1"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_one_line_and_exit_2(case, tmp_path, ddpprof_cli):
+    args, message = CASES[case]
+    result = ddpprof_cli("record", "--out", str(tmp_path / "out"), *args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list((tmp_path / "out").glob("*/run.json"))
+
+
+def test_unwritable_output_folder(tmp_path, ddpprof_cli):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = ddpprof_cli("record", "--variant", "single", "--out", str(blocker / "traces"))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"ddpprof: error: {blocker / 'traces'}: output folder cannot")
+    assert result.stderr.count("\n") == 1

@@ -1,0 +1,1 @@
+"""What torchrun runs: the models, their data, and the profiled training loop."""
