@@ -24,9 +24,9 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mlp-large")
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--global-batch", type=int, default=512)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
     args = parser.parse_args()
 

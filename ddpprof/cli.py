@@ -12,6 +12,11 @@ from .atomic import atomic_path
 from .errors import UsageError
 from .report import table
 
+ANALYZE_COLUMNS = ["run", "variant", "kind", "ranks", "steps", "compute_pct", "non_compute_pct",
+                   "idle_pct", "overlap_pct", "comm_overhead_pct", "all_reduce_calls_per_step",
+                   "all_reduce_ms_per_step", "all_reduce_busbw_gbps", "straggler_rank"]
+PER_STEP_COLUMNS = ["run", "rank", "step", "compute_pct", "non_compute_pct", "idle_pct",
+                    "overlap_pct", "comm_overhead_pct", "window_us"]
 RECORD_COLUMNS = ["run", "variant", "status", "ranks", "grad_accum", "step_ms", "samples_per_s",
                   "allreduces_per_step", "folder"]
 
@@ -81,13 +86,76 @@ def record(variant_spec: str, json_file: Path | None, csv_file: Path | None, mar
         raise click.ClickException(f"{len(failed)} of {len(outcomes)} runs failed: {details}")
 
 
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "json_file", type=click.Path(path_type=Path),
+              help="Write every metric, per run and per rank (the gate's input).")
+@click.option("--csv", "csv_file", type=click.Path(path_type=Path),
+              help="Write the per-run table, all columns, as CSV.")
+@click.option("--markdown", is_flag=True, help="Print the table as Markdown.")
+@click.option("--per-step", is_flag=True, help="Also break each ProfilerStep down.")
+@click.option("--engine", type=click.Choice(["native", "hta"]), default="native",
+              show_default=True, help="hta: HolisticTraceAnalysis computes the GPU shares.")
+@click.option("--keep-last-step", is_flag=True,
+              help="Analyze the last ProfilerStep too (HTA drops it by default).")
+@click.option("--jobs", type=click.IntRange(min=1), help="Ranks analyzed in parallel.")
+def analyze(paths: tuple[Path, ...], json_file: Path | None, csv_file: Path | None,
+            markdown: bool, per_step: bool, engine: str, keep_last_step: bool,
+            jobs: int | None) -> None:
+    """Compute, non-compute, idle and overlap shares and collective statistics of traces.
+
+    PATH is a run folder (rank traces and an optional run.json), a folder of run folders, or
+    trace files (.json or .json.gz).
+    """
+    from .analysis import analyze_paths, run_row, to_json_document
+
+    analysis = analyze_paths(list(paths), keep_last_step=keep_last_step, per_step=per_step,
+                             jobs=jobs, engine=engine)
+    rows = [run_row(run) for run in analysis.runs]
+    if rows:
+        render = table.to_markdown if markdown else table.to_text
+        click.echo(render(rows, ANALYZE_COLUMNS), nl=False)
+        if per_step:
+            step_rows = [{"run": run.name, "rank": rank.rank, **step}
+                         for run in analysis.runs for rank in run.ranks for step in rank.per_step]
+            click.echo("\n" + render(step_rows, PER_STEP_COLUMNS), nl=False)
+        for run in analysis.runs:
+            notes = [f"last ProfilerStep {run.last_step}"]
+            if run.missing_ranks:
+                notes.append(f"missing ranks {_ranges(run.missing_ranks)}")
+            click.echo(f"{run.name}: " + "; ".join(notes), err=True)
+    if json_file:
+        _write_text(json_file, table.dumps(to_json_document(analysis)))
+    if csv_file:
+        _write_text(csv_file, table.to_csv(rows, list(rows[0]) if rows else ANALYZE_COLUMNS))
+    if analysis.errors:
+        for error in analysis.errors:
+            click.echo(f"ddpprof: error: {error['error']}", err=True)
+        sys.exit(2)
+
+
+def _ranges(numbers: list[int]) -> str:
+    """[2, 3, 4, 9] -> "2-4, 9"."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
 def _write_outputs(rows: list[dict], json_file: Path | None, csv_file: Path | None,
                    schema: str) -> None:
-    for path, text in ((json_file, lambda: table.to_json(rows, schema)),
-                       (csv_file, lambda: table.to_csv(rows, RECORD_COLUMNS))):
-        if path is not None:
-            with atomic_path(path) as tmp:
-                tmp.write_text(text())
+    if json_file is not None:
+        _write_text(json_file, table.to_json(rows, schema))
+    if csv_file is not None:
+        _write_text(csv_file, table.to_csv(rows, RECORD_COLUMNS))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -50,5 +50,20 @@ def to_csv(rows: list[Row], columns: list[str]) -> str:
     return buffer.getvalue()
 
 
+def dumps(document: Any) -> str:
+    """JSON with NaN written as null, so strict parsers accept it."""
+    return json.dumps(_finite(document), indent=2) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def to_json(rows: list[Row], schema: str, version: int = 1) -> str:
-    return json.dumps({"schema": schema, "version": version, "rows": rows}, indent=2) + "\n"
+    return dumps({"schema": schema, "version": version, "rows": rows})

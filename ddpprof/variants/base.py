@@ -87,6 +87,27 @@ class DataParallel(nn.Module):
                 dist.broadcast(tensor, src=0)
 
 
+#: Name of the span around every wait for a collective. A blocking all-reduce waits inside
+#: whatever op called it (for a hook, ``AccumulateGrad``) and torch records no span for the wait,
+#: so without this the blocked time would look like compute in a CPU trace.
+WAIT_SPAN = "ddpprof::wait"
+
+
+def wait_for(work: dist.Work) -> None:
+    with torch.profiler.record_function(WAIT_SPAN):
+        work.wait()
+
+
+def all_reduce_sum(tensor: torch.Tensor, *, blocking: bool) -> dist.Work | None:
+    """Sum ``tensor`` over ranks in place: blocking (async launch, then a visible wait), or
+    returning the handle to wait on later."""
+    work = dist.all_reduce(tensor, op=dist.ReduceOp.SUM, async_op=True)
+    if not blocking:
+        return work
+    wait_for(work)
+    return None
+
+
 def grad_or_zeros(param: nn.Parameter) -> torch.Tensor:
     """The parameter's gradient, materialised as zeros if it got none this step.
 

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .base import DataParallel
+from .base import DataParallel, all_reduce_sum, wait_for
 
 
 def assign_buckets(params: list[nn.Parameter], cap_bytes: int) -> list[list[int]]:
@@ -117,7 +117,7 @@ class BucketDDPAsync(DataParallel):
         while (self._next_to_launch < len(self.buckets)
                and self.buckets[self._next_to_launch].pending_count == 0):
             bucket = self.buckets[self._next_to_launch]
-            bucket.work = dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, async_op=True)
+            bucket.work = all_reduce_sum(bucket.buffer, blocking=False)
             self._next_to_launch += 1
 
     def _sync_gradients(self) -> None:
@@ -128,7 +128,7 @@ class BucketDDPAsync(DataParallel):
                     self._mark_ready(bucket, position)
         for bucket in self.buckets:
             assert bucket.work is not None
-            bucket.work.wait()
+            wait_for(bucket.work)
             bucket.buffer.div_(self.world_size)
             for position, param in enumerate(bucket.params):
                 param.grad = bucket.slot(position)

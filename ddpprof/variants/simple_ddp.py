@@ -6,14 +6,12 @@ it can overlap with compute.
 
 from __future__ import annotations
 
-import torch.distributed as dist
-
-from .base import DataParallel, grad_or_zeros
+from .base import DataParallel, all_reduce_sum, grad_or_zeros
 
 
 class SimpleDDP(DataParallel):
     def _sync_gradients(self) -> None:
         for param in self.trainable_parameters():
             grad = grad_or_zeros(param)
-            dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+            all_reduce_sum(grad, blocking=True)
             grad.div_(self.world_size)

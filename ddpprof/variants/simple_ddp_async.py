@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .base import grad_or_zeros
+from .base import all_reduce_sum, grad_or_zeros, wait_for
 from .simple_ddp_hook import SimpleDDPHook
 
 
@@ -22,10 +22,10 @@ class SimpleDDPAsync(SimpleDDPHook):
 
     def _reduce(self, param: nn.Parameter) -> None:
         grad = grad_or_zeros(param)
-        self._pending.append((dist.all_reduce(grad, op=dist.ReduceOp.SUM, async_op=True), grad))
+        self._pending.append((all_reduce_sum(grad, blocking=False), grad))
 
     def _wait_pending(self) -> None:
         for work, grad in self._pending:
-            work.wait()
+            wait_for(work)
             grad.div_(self.world_size)
         self._pending.clear()

@@ -9,10 +9,9 @@ per-parameter collectives are issued in that order.
 
 from __future__ import annotations
 
-import torch.distributed as dist
 from torch import nn
 
-from .base import DataParallel, grad_or_zeros
+from .base import DataParallel, all_reduce_sum, grad_or_zeros
 
 
 class SimpleDDPHook(DataParallel):
@@ -31,7 +30,7 @@ class SimpleDDPHook(DataParallel):
 
     def _reduce(self, param: nn.Parameter) -> None:
         grad = grad_or_zeros(param)
-        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        all_reduce_sum(grad, blocking=True)
         grad.div_(self.world_size)
 
     def _sync_gradients(self) -> None:

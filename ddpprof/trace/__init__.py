@@ -1,0 +1,1 @@
+"""Loading Chrome traces from torch.profiler / Kineto, and classifying their events."""
