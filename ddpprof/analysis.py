@@ -11,10 +11,9 @@ import statistics
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from .errors import UsageError
 from .metrics import intervals as iv
@@ -26,6 +25,9 @@ from .trace.discover import RunInput, discover, read_manifest
 from .trace.loader import RankTrace, TraceError, load
 
 SCHEMA_VERSION = 1
+
+if TYPE_CHECKING:
+    import pandas
 
 
 @dataclass
@@ -117,6 +119,8 @@ def _device_metrics(trace: RankTrace, drop_last_step: bool, steps: np.ndarray, p
 def _launch_step(trace: RankTrace, steps: np.ndarray) -> np.ndarray:
     """For every event, the position in ``steps`` of the step its launching host event started
     in (device events are matched to host events by correlation id), else -1."""
+    if steps.size == 0:
+        return np.full(trace.n_events, -1)
     host = (trace.stream == -1) & (trace.correlation >= 0)
     host_corr = trace.correlation[host]
     order = np.argsort(host_corr, kind="stable")
@@ -156,13 +160,21 @@ def _host_metrics(trace: RankTrace, steps: np.ndarray, per_step: bool):
     compute_set = iv.subtract(iv.union(s[work], e[work]), wait_set)
     comm_set = iv.union(s[comm], e[comm])
     window = iv.union(s[steps], e[steps])
+    if window[0].size == 0 or not _any_inside(s[work | waits | comm], e[work | waits | comm],
+                                              window):
+        raise TraceError(trace.path, "nothing in the analyzed window (no events inside the "
+                                     "analyzed ProfilerSteps)")
     breakdown = host_breakdown(window, compute_set, comm_set, wait_set)
-    in_window = comm & (s >= window[0][0]) & (s < window[1][-1]) if steps.size else comm & False
+    in_window = comm & (s >= window[0][0]) & (s < window[1][-1])
     collectives = _collectives(trace, in_window)
     rows = [_step_row(trace, step, host_breakdown(
                 iv.union(s[[step]], e[[step]]), compute_set, comm_set, wait_set))
             for step in steps] if per_step else []
     return breakdown, collectives, rows, "cpu"
+
+
+def _any_inside(start: np.ndarray, end: np.ndarray, window: iv.Intervals) -> bool:
+    return iv.length(iv.intersect(iv.union(start, end), window)) > 0
 
 
 def _step_row(trace: RankTrace, step: int, breakdown: Breakdown) -> dict[str, Any]:
@@ -177,46 +189,61 @@ def breakdown_fields(b: Breakdown) -> dict[str, Any]:
             "overlap_pct": b.overlap_pct, "comm_overhead_pct": b.comm_overhead_pct}
 
 
-def _load_and_analyze(path: Path, drop_last_step: bool | None, per_step: bool
+def _load_and_analyze(path: Path, drop_last_step: bool | None, per_step: bool,
+                      decode_workers: int = 1
                       ) -> tuple[RankResult | None, set[str], TraceError | None]:
+    """Load and analyze one rank; ``drop_last_step=None`` decides from this rank's own steps."""
     try:
-        trace = load(path)
+        trace = load(path, workers=decode_workers)
         names = step_names_in(trace)
-        if drop_last_step is None:
-            return None, names, None
-        return analyze_trace(trace, drop_last_step, per_step), names, None
+        drop = len(names) >= 2 if drop_last_step is None else drop_last_step
+        return analyze_trace(trace, drop, per_step), names, None
     except TraceError as error:
         return None, set(), error
 
 
 def analyze_run(run: RunInput, keep_last_step: bool = False, per_step: bool = False,
                 jobs: int | None = None, engine: str = "native") -> RunResult:
-    """Load every rank (in parallel, one process per rank at most ``jobs`` at a time, so memory
-    stays bounded by ``jobs`` traces) and analyze it."""
+    """Load every rank (in parallel, at most ``jobs`` processes, so memory stays bounded by
+    ``jobs`` traces) and analyze it."""
     manifest = read_manifest(run.folder)
-    # HTA drops the last step when the run's traces name at least two distinct ProfilerSteps;
-    # that needs every rank's step names, so ranks are analyzed with the decision made from
-    # the first one and re-checked (steps are the same on every rank of a real run).
-    first, names, error = _load_and_analyze(run.traces[0], None, False)
-    if error:
-        raise error
+    outcomes = _map_ranks(run.traces, False if keep_last_step else None, per_step, jobs)
+    # HTA drops the last step when the run's traces name at least two distinct ProfilerSteps
+    # between them; a rank that decided otherwise from its own steps alone is redone.
+    names = set().union(*(step_names for _, step_names, _ in outcomes))
     drop = not keep_last_step and len(names) >= 2
-    results = _map_ranks(run.traces, drop, per_step, jobs)
+    results = []
+    for path, (result, step_names, _) in zip(run.traces, outcomes, strict=True):
+        if result is not None and not keep_last_step and (len(step_names) >= 2) != drop:
+            result = _raise_error(_load_and_analyze(path, drop, per_step))
+        results.append(result)
     seen: dict[int, str] = {}
     for result in results:
         if result.rank in seen:
-            raise TraceError(result.path, f"duplicate rank {result.rank} (also in {seen[result.rank]})")
+            raise TraceError(result.path, f"duplicate rank {result.rank} "
+                                          f"(also in {seen[result.rank]})")
         seen[result.rank] = result.path
-    sizes = {r.world_size for r in results if r.world_size is not None}
-    if len(sizes) > 1:
-        raise TraceError(run.folder, f"mixed world sizes {sorted(sizes)} among the traces")
-    world = sizes.pop() if sizes else None
+    sized = [r for r in results if r.world_size is not None]
+    for other in sized[1:]:
+        if other.world_size != sized[0].world_size:
+            raise TraceError(other.path, f"world size {other.world_size}, but "
+                                         f"{sized[0].path} says {sized[0].world_size} "
+                                         "(mixed world sizes in one run)")
+    world = sized[0].world_size if sized else None
     missing = sorted(set(range(world)) - set(seen)) if world else []
     last_step = "dropped" if drop else ("kept" if keep_last_step else "only one step")
     if engine == "hta":
         results = _with_hta(run, results, keep_last_step)
     return RunResult(run.name, str(run.folder), manifest,
                      sorted(results, key=lambda r: r.rank), last_step, missing)
+
+
+def _raise_error(outcome: tuple[RankResult | None, set[str], TraceError | None]) -> RankResult:
+    result, _, error = outcome
+    if error:
+        raise error
+    assert result is not None
+    return result
 
 
 def _with_hta(run: RunInput, results: list[RankResult], keep_last_step: bool
@@ -233,19 +260,20 @@ def _with_hta(run: RunInput, results: list[RankResult], keep_last_step: bool
             for r in results]
 
 
-def _map_ranks(paths: list[Path], drop: bool, per_step: bool, jobs: int | None
-               ) -> list[RankResult]:
-    workers = min(len(paths), jobs or os.cpu_count() or 1)
+def _map_ranks(paths: list[Path], drop: bool | None, per_step: bool, jobs: int | None
+               ) -> list[tuple[RankResult | None, set[str], TraceError | None]]:
+    cores = jobs or os.cpu_count() or 1
+    workers = min(len(paths), cores)
     if workers <= 1:
-        outcomes = [_load_and_analyze(p, drop, per_step) for p in paths]
+        # one rank at a time: its own decoding may use the cores instead
+        outcomes = [_load_and_analyze(p, drop, per_step, cores) for p in paths]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             outcomes = list(pool.map(_load_and_analyze, paths, [drop] * len(paths),
                                      [per_step] * len(paths)))
-    for _, _, error in outcomes:
-        if error:
-            raise error
-    return [result for result, _, _ in outcomes if result is not None]
+    for outcome in outcomes:
+        _raise_error(outcome)
+    return outcomes
 
 
 def analyze_paths(paths: list[Path], keep_last_step: bool = False, per_step: bool = False,
@@ -338,10 +366,12 @@ def to_json_document(analysis: Analysis) -> dict[str, Any]:
             "errors": analysis.errors}
 
 
-def analyze(path: str | Path, keep_last_step: bool = False) -> pd.DataFrame:
+def analyze(path: str | Path, keep_last_step: bool = False) -> pandas.DataFrame:
     """One row per run (the ``ddpprof analyze`` table) for a run folder, a folder of runs or a
     trace file. Raises :class:`ddpprof.errors.UsageError` if any run cannot be analyzed."""
+    import pandas
+
     analysis = analyze_paths([Path(path)], keep_last_step=keep_last_step)
     if analysis.errors:
         raise UsageError("; ".join(e["error"] for e in analysis.errors))
-    return pd.DataFrame([run_row(run) for run in analysis.runs])
+    return pandas.DataFrame([run_row(run) for run in analysis.runs])

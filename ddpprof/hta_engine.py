@@ -28,7 +28,8 @@ def hta_breakdowns(traces: list[Path], keep_last_step: bool) -> dict[int, Breakd
         analysis = TraceAnalysis(trace_dir=folder, include_last_profiler_step=keep_last_step)
         temporal = analysis.get_temporal_breakdown(visualize=False)
         overlap = analysis.get_comm_comp_overlap(visualize=False)
-    ratios = dict(zip(overlap["rank"], overlap["comp_comm_overlap_ratio"], strict=True))
+    ratios = {rank: pct / 100 for rank, pct in
+              zip(overlap["rank"], overlap["comp_comm_overlap_pctg"], strict=True)}
     result = {}
     for row in temporal.to_dict("records"):
         # comm_us = 1 and overlap_us = the ratio make Breakdown.overlap_pct HTA's number

@@ -21,3 +21,17 @@ def run_ddpprof(*args: str, cwd: Path | None = None, env: dict | None = None,
 @pytest.fixture
 def ddpprof_cli():
     return run_ddpprof
+
+
+SCHEDULE = ["--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2"]
+
+
+@pytest.fixture(scope="session")
+def all_variants(tmp_path_factory):
+    """Every variant recorded once (2 gloo ranks, mlp-small, 1 MiB buckets so that bucketed
+    variants have several buckets to overlap), shared by the record and analyze tests."""
+    out = tmp_path_factory.mktemp("traces")
+    result = run_ddpprof("record", "--variant", "all", "--model", "mlp-small", "--nproc", "2",
+                         "--global-batch", "64", "--bucket-cap-mb", "1", *SCHEDULE,
+                         "--out", str(out), "--json", str(out / "summary.json"), "--markdown")
+    return out, result

@@ -49,16 +49,17 @@ def discover(paths: list[Path]) -> list[RunInput]:
         if path.is_file():
             loose.setdefault(path.parent, []).append(path)
         elif path.is_dir():
-            traces = _trace_files(path)
-            if traces:
+            # Subfolders with traces make this a folder of runs (files beside them, such as a
+            # record summary, are not traces); otherwise its own trace files make one run.
+            found = [sub for sub in sorted(path.iterdir())
+                     if sub.is_dir() and not sub.name.startswith(".") and _trace_files(sub)]
+            if found:
+                runs += [RunInput(sub.name, sub, _trace_files(sub)) for sub in found]
+            elif traces := _trace_files(path):
                 runs.append(RunInput(path.name, path, traces))
             else:
-                found = [sub for sub in sorted(path.iterdir())
-                         if sub.is_dir() and _trace_files(sub)]
-                if not found:
-                    raise TraceError(path, "no trace files (*.json, *.json.gz) here or in its "
-                                           "subfolders")
-                runs += [RunInput(sub.name, sub, _trace_files(sub)) for sub in found]
+                raise TraceError(path, "no trace files (*.json, *.json.gz) here or in its "
+                                       "subfolders")
         else:
             raise TraceError(path, "no such file or folder")
     runs += [RunInput(folder.name, folder, sorted(files)) for folder, files in loose.items()]

@@ -1,0 +1,465 @@
+"""Benchmark ``ddpprof analyze`` against HolisticTraceAnalysis (HTA) on one large trace.
+
+What it measures
+----------------
+1. It builds a large synthetic Kineto trace by tiling a real one in time: the events of
+   ``--fixture`` (default: the HTA NCCL fixture, rank 0, ~40k events) are repeated ``N`` times,
+   copy ``k`` shifted by ``k * (span of the fixture + --gap-us)`` so copies never overlap.
+   Per copy, ``ProfilerStep#N`` is renumbered so step numbers keep increasing, and the IDs that
+   tie events together (``args.correlation``, ``args.External id``, ``args.Record function id``,
+   ``args.Sequence number``, ``args.Ev Idx`` and flow events' ``id``) get the same per-copy
+   offset, so every GPU kernel still meets its own CPU launch and nothing else. Metadata
+   (``distributedInfo``, ``deviceProperties``, ``ph: M`` events, the profiler's own span and
+   markers) is kept once. ``N`` is the smallest count that gives at least ``--min-mb`` MiB of
+   uncompressed JSON and ``--min-events`` events (``--copies`` overrides it). The trace is
+   written uncompressed as ``rank-0.json``, alone in its folder, because HTA reads every JSON
+   file in ``trace_dir``.
+2. It times, in the same run and each in its own fresh child process tree, so the peak memory
+   is that tool's alone:
+
+   * ddpprof: ``python -m ddpprof.cli analyze <folder> --json <tmpfile>``
+   * HTA: ``TraceAnalysis(trace_dir=<folder>)`` followed by
+     ``get_temporal_breakdown(visualize=False)`` and ``get_comm_comp_overlap(visualize=False)``
+
+   Wall time is the child's whole life (interpreter start, imports, parsing, analysis); peak
+   memory is the largest sampled proportional set size (PSS) summed over the child and every
+   process it starts, so ddpprof's forked decoding workers are charged to it. With
+   ``--repeats R`` each tool runs R times, the order alternating, and the minimum time and peak
+   per tool are reported.
+3. It prints both times and peaks, the speed ratio HTA / ddpprof (target >= 20x), the memory
+   ratio ddpprof / HTA (target <= 0.4), and rank 0's idle / compute / non-compute / overlap
+   shares from both tools, side by side, so a reader can check that they agree.
+
+How to run
+----------
+From the repository root, in an environment with ddpprof and HTA installed::
+
+    python benchmarks/analyze_vs_hta.py                      # build in a temp folder, run once
+    python benchmarks/analyze_vs_hta.py --repeats 3          # min of 3 runs per tool
+    python benchmarks/analyze_vs_hta.py --out-dir /tmp/big   # keep the trace (reused if there)
+    python benchmarks/analyze_vs_hta.py --copies 5           # a smaller trace, for a quick look
+
+It needs a few GB of memory (HTA holds the whole trace in pandas) and a few minutes.
+The exit status is 0 when both tools succeeded, 1 otherwise; missing a target is only reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_FIXTURE = Path("/work/shared/fixtures/hta-gpu/nccl-data/rank-0.json.gz")
+TRACE_NAME = "rank-0.json"
+MIB = 1 << 20
+
+# Integer args that link events to each other; every copy offsets all of them by one amount.
+ID_ARGS = ("correlation", "External id", "Record function id", "Sequence number", "Ev Idx")
+FLOW_PHASES = frozenset({"s", "t", "f"})
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+SPEED_TARGET = 20.0  # HTA time / ddpprof time, at least
+MEMORY_TARGET = 0.4  # ddpprof peak / HTA peak, at most
+SHARES = ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct")
+
+HTA_RESULT_TAG = "HTA_RESULT "
+HTA_CHILD = f"""
+import json, sys, time
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+t1 = time.perf_counter()
+a = TraceAnalysis(trace_dir=sys.argv[1])
+t2 = time.perf_counter()
+temporal = a.get_temporal_breakdown(visualize=False)
+overlap = a.get_comm_comp_overlap(visualize=False)
+t3 = time.perf_counter()
+t = temporal[temporal["rank"] == 0].iloc[0]
+o = overlap[overlap["rank"] == 0].iloc[0]
+print({HTA_RESULT_TAG!r} + json.dumps({{
+    "idle_pct": float(t["idle_time_pctg"]),
+    "compute_pct": float(t["compute_time_pctg"]),
+    "non_compute_pct": float(t["non_compute_time_pctg"]),
+    "overlap_pct": float(o["comp_comm_overlap_pctg"]),
+    "import_s": t1 - t0, "load_s": t2 - t1, "analyze_s": t3 - t2,
+}}), flush=True)
+"""
+
+
+# --------------------------------------------------------------------------- trace building
+
+
+@dataclass
+class Fixture:
+    """A loaded Kineto trace, its events split into tiled ones and ones kept once."""
+
+    header: dict[str, Any]  # every top-level key but traceEvents, in file order
+    key_order: list[str]
+    tiled: list[dict[str, Any]]
+    once: list[dict[str, Any]]
+    start_us: float
+    end_us: float
+    id_stride: int  # > every ID in the fixture
+    step_stride: int  # ProfilerStep numbers per copy
+
+
+def _is_global(event: dict[str, Any]) -> bool:
+    """Metadata and the profiler's own bookkeeping (string pids): emitted once, not tiled."""
+    return event.get("ph") == "M" or isinstance(event.get("pid"), str)
+
+
+def load_fixture(path: Path) -> Fixture:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        doc = json.load(f)
+    events: list[dict[str, Any]] = doc["traceEvents"]
+    tiled = [e for e in events if not _is_global(e)]
+    once = [e for e in events if _is_global(e)]
+    timed = [e for e in events if "ts" in e]
+    start = min(float(e["ts"]) for e in timed)
+    end = max(float(e["ts"]) + float(e.get("dur", 0)) for e in timed)
+    max_id = 0
+    steps: list[int] = []
+    for e in tiled:
+        if e.get("ph") in FLOW_PHASES and isinstance(e.get("id"), int):
+            max_id = max(max_id, e["id"])
+        for key in ID_ARGS:
+            value = (e.get("args") or {}).get(key)
+            if isinstance(value, int):
+                max_id = max(max_id, value)
+        m = STEP_RE.match(str(e.get("name", "")))
+        if m:
+            steps.append(int(m.group(1)))
+    if not steps:
+        raise SystemExit(f"{path}: no ProfilerStep#N events to tile")
+    header = {k: v for k, v in doc.items() if k != "traceEvents"}
+    return Fixture(header=header, key_order=list(doc), tiled=tiled, once=once, start_us=start,
+                   end_us=end, id_stride=10 ** len(str(max_id)),
+                   step_stride=max(steps) - min(steps) + 1)
+
+
+def shift_event(e: dict[str, Any], k: int, period_us: float, fx: Fixture) -> dict[str, Any]:
+    """Copy ``k`` of event ``e``: shifted in time, steps renumbered, IDs offset."""
+    if k == 0:
+        return e
+    out = dict(e)
+    if "ts" in out:
+        out["ts"] = round(out["ts"] + k * period_us, 3)
+    id_offset = k * fx.id_stride
+    if out.get("ph") in FLOW_PHASES and "id" in out:
+        if not isinstance(out["id"], int):
+            raise SystemExit(f"flow event with a non-integer id: {out!r}")
+        out["id"] += id_offset
+    args = out.get("args")
+    if args and any(isinstance(args.get(key), int) for key in ID_ARGS):
+        args = dict(args)
+        for key in ID_ARGS:
+            if isinstance(args.get(key), int):
+                args[key] += id_offset
+        out["args"] = args
+    m = STEP_RE.match(str(out.get("name", "")))
+    if m:
+        out["name"] = f"ProfilerStep#{int(m.group(1)) + k * fx.step_stride}"
+    return out
+
+
+def once_events(fx: Fixture, copies: int, period_us: float) -> Iterator[dict[str, Any]]:
+    """Events kept once; the profiler's span and its end marker stretched to cover all copies."""
+    new_end = fx.end_us + (copies - 1) * period_us
+    for e in fx.once:
+        if e.get("ph") == "X" and "dur" in e:
+            e = {**e, "dur": round(new_end - float(e["ts"]), 3)}
+        elif e.get("ph") == "i" and math.isclose(float(e.get("ts", 0)), fx.end_us):
+            e = {**e, "ts": round(new_end, 3)}
+        yield e
+
+
+def _event_line(e: dict[str, Any]) -> str:
+    return "  " + json.dumps(e)
+
+
+def pick_copies(fx: Fixture, min_bytes: int, min_events: int) -> int:
+    per_copy_bytes = sum(len(_event_line(e)) + 2 for e in fx.tiled)
+    fixed_bytes = sum(len(_event_line(e)) + 2 for e in fx.once) + len(json.dumps(fx.header))
+    by_size = math.ceil(max(0, min_bytes - fixed_bytes) / per_copy_bytes)
+    by_count = math.ceil(max(0, min_events - len(fx.once)) / len(fx.tiled))
+    return max(1, by_size, by_count)
+
+
+def write_trace(fx: Fixture, copies: int, gap_us: float, out: TextIO) -> int:
+    """Write the tiled trace, Kineto style (one event per line); return the event count."""
+    period = float(math.ceil(fx.end_us - fx.start_us + gap_us))  # whole us: keeps ts fractions
+    out.write("{\n")
+    n = 0
+    for i, key in enumerate(fx.key_order):
+        sep = ",\n" if i < len(fx.key_order) - 1 else "\n"
+        if key != "traceEvents":
+            out.write(f"  {json.dumps(key)}: {json.dumps(fx.header[key])}{sep}")
+            continue
+        out.write('  "traceEvents": [\n')
+        first = True
+        for e in once_events(fx, copies, period):
+            out.write(("" if first else ",\n") + _event_line(e))
+            first, n = False, n + 1
+        for k in range(copies):
+            out.write("" if first else ",\n")
+            out.write(",\n".join(_event_line(shift_event(e, k, period, fx)) for e in fx.tiled))
+            first, n = False, n + len(fx.tiled)
+        out.write(f"\n  ]{sep}")
+    out.write("}\n")
+    return n
+
+
+def verify_trace(path: Path) -> None:
+    """Reload the trace and check step names and kernel correlations are unique (slow)."""
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    steps = [e["name"] for e in events if STEP_RE.match(str(e.get("name", "")))]
+    corr = [e["args"]["correlation"] for e in events if e.get("cat") == "kernel"]
+    ok = len(set(steps)) == len(steps) and len(set(corr)) == len(corr)
+    print(f"verify: {len(steps)} ProfilerSteps, {len(corr)} kernels, unique: {ok}")
+    if not ok:
+        raise SystemExit("verify: duplicate ProfilerStep names or kernel correlations")
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Measurement:
+    wall_s: float
+    cpu_s: float  # user + system time of the child
+    peak_mib: float
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class ToolRuns:
+    name: str
+    runs: list[Measurement] = field(default_factory=list)
+    shares: dict[str, float] | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def ok(self) -> list[Measurement]:
+        return [m for m in self.runs if m.returncode == 0]
+
+
+def _tree_pss_kib(root: int) -> int:
+    """Proportional set size of ``root`` and all its descendants, in KiB. PSS divides pages that
+    processes share (a parent's buffer read by forked workers) among them, so the sum is the
+    tree's real footprint; a sum of RSS would count shared pages once per process."""
+    total, pending = 0, [root]
+    while pending:
+        pid = pending.pop()
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                total += next(int(line.split()[1]) for line in rollup
+                              if line.startswith("Pss:"))
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as children:
+                    pending += [int(c) for c in children.read().split()]
+        except (OSError, StopIteration, ValueError):
+            continue  # the process ended while we looked
+    return total
+
+
+def measure(cmd: list[str], cwd: Path) -> Measurement:
+    """Run ``cmd`` in a fresh process: wall time, CPU time (its own and its waited-for
+    children's) and the peak memory of its whole process tree (PSS, sampled every 10 ms), so a
+    tool that works in several processes is charged for all of them."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        peak_kib = 0
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            peak_kib = max(peak_kib, _tree_pss_kib(proc.pid))
+            time.sleep(0.01)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        cpu = usage.ru_utime + usage.ru_stime
+        return Measurement(wall, cpu, peak_kib / 1024, proc.returncode, out.read(), err.read())
+
+
+def run_ddpprof(python: str, folder: Path, scratch: Path, tool: ToolRuns) -> None:
+    json_out = scratch / "ddpprof.json"
+    json_out.unlink(missing_ok=True)
+    m = measure([python, "-m", "ddpprof.cli", "analyze", str(folder), "--json", str(json_out)],
+                REPO_ROOT)
+    tool.runs.append(m)
+    if m.returncode != 0:
+        tool.error = f"exit {m.returncode}\n{m.stderr.strip() or m.stdout.strip()}"
+        return
+    doc = json.loads(json_out.read_text())
+    rank0 = next(r for run in doc["runs"] for r in run["per_rank"] if r["rank"] == 0)
+    tool.shares = {key: float(rank0[key]) for key in SHARES}
+
+
+def run_hta(python: str, folder: Path, tool: ToolRuns) -> None:
+    m = measure([python, "-c", HTA_CHILD, str(folder)], REPO_ROOT)
+    tool.runs.append(m)
+    lines = [ln for ln in m.stdout.splitlines() if ln.startswith(HTA_RESULT_TAG)]
+    if m.returncode != 0 or not lines:
+        tool.error = f"exit {m.returncode}\n{m.stderr.strip()[-4000:]}"
+        return
+    result = json.loads(lines[-1][len(HTA_RESULT_TAG):])
+    tool.shares = {key: result[key] for key in SHARES}
+    phases = {key: result[key] for key in ("import_s", "load_s", "analyze_s")}
+    tool.extra = {k: min(v, tool.extra.get(k, v)) for k, v in phases.items()}
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--fixture", type=Path, default=DEFAULT_FIXTURE,
+                   help="Kineto trace (.json or .json.gz) to tile.")
+    p.add_argument("--out-dir", type=Path,
+                   help="Keep the big trace here (reused if already there with the same size "
+                        "parameters; default: a temporary folder, removed at the end).")
+    p.add_argument("--copies", type=int, help="Tile this many copies (default: just enough "
+                                              "for --min-mb and --min-events).")
+    p.add_argument("--min-mb", type=float, default=200.0, help="Smallest trace, MiB.")
+    p.add_argument("--min-events", type=int, default=800_000, help="Fewest events.")
+    p.add_argument("--gap-us", type=float, default=1000.0,
+                   help="Gap between copies, in microseconds.")
+    p.add_argument("--repeats", type=int, default=1, help="Runs per tool (order alternates).")
+    p.add_argument("--python", default=sys.executable, help="Interpreter for the children.")
+    p.add_argument("--skip-hta", action="store_true", help="Time ddpprof only.")
+    p.add_argument("--verify", action="store_true",
+                   help="Reload the built trace and check steps and correlations are unique.")
+    args = p.parse_args(argv)
+    if args.repeats < 1 or (args.copies is not None and args.copies < 1):
+        p.error("--repeats and --copies must be at least 1")
+    return args
+
+
+def _fmt_time(tool: ToolRuns) -> str:
+    ok = tool.ok
+    if not ok:
+        return "failed"
+    times = ", ".join(f"{m.wall_s:.2f}" for m in tool.runs)
+    cpu = min(m.cpu_s for m in ok)
+    return f"{min(m.wall_s for m in ok):8.2f} s   (runs: {times}; min CPU time {cpu:.2f} s)"
+
+
+def report(ddp: ToolRuns, hta: ToolRuns) -> None:
+    print("\n== results ==")
+    for tool in (ddp, hta):
+        if not tool.runs:
+            continue
+        print(f"{tool.name:8s} time   {_fmt_time(tool)}")
+        if tool.ok:
+            peaks = ", ".join(f"{m.peak_mib:.0f}" for m in tool.runs)
+            print(f"{tool.name:8s} peak   {min(m.peak_mib for m in tool.ok):8.0f} MiB "
+                  f"(runs: {peaks})")
+    if hta.extra:
+        print("HTA phases (min): " + ", ".join(f"{k} {v:.2f} s" for k, v in hta.extra.items()))
+    if ddp.ok and hta.ok:
+        speed = min(m.wall_s for m in hta.ok) / min(m.wall_s for m in ddp.ok)
+        memory = min(m.peak_mib for m in ddp.ok) / min(m.peak_mib for m in hta.ok)
+        cpu_speed = min(m.cpu_s for m in hta.ok) / min(m.cpu_s for m in ddp.ok)
+        print(f"speed  HTA / ddpprof   = {speed:6.1f}x   target >= {SPEED_TARGET:g}x   "
+              f"{'met' if speed >= SPEED_TARGET else 'MISSED'}   (CPU time ratio "
+              f"{cpu_speed:.1f}x)")
+        print(f"memory ddpprof / HTA   = {memory:6.2f}    target <= {MEMORY_TARGET:g}    "
+              f"{'met' if memory <= MEMORY_TARGET else 'MISSED'}")
+    if ddp.shares or hta.shares:
+        print("\nrank 0 shares (%)     " + "".join(f"{s:>16s}" for s in SHARES))
+        for tool in (ddp, hta):
+            if tool.shares:
+                print(f"  {tool.name:20s}" + "".join(f"{tool.shares[s]:16.2f}" for s in SHARES))
+        if ddp.shares and hta.shares:
+            print(f"  {'difference':20s}"
+                  + "".join(f"{ddp.shares[s] - hta.shares[s]:16.2f}" for s in SHARES))
+    for tool in (ddp, hta):
+        if tool.error:
+            print(f"\n{tool.name} FAILED: {tool.error}")
+
+
+def build(args: argparse.Namespace, folder: Path) -> Path:
+    t0 = time.perf_counter()
+    fx = load_fixture(args.fixture)
+    copies = args.copies or pick_copies(fx, int(args.min_mb * MIB), args.min_events)
+    trace = folder / TRACE_NAME
+    stamp = folder / ".analyze_vs_hta.stamp"  # not .json: HTA reads those
+    key = {"fixture": str(args.fixture.resolve()), "copies": copies, "gap_us": args.gap_us}
+    if trace.exists() and stamp.exists() and json.loads(stamp.read_text()).get("key") == key:
+        n_events = json.loads(stamp.read_text())["events"]
+        print(f"reusing {trace}")
+    else:
+        stamp.unlink(missing_ok=True)
+        with open(trace, "w") as f:
+            n_events = write_trace(fx, copies, args.gap_us, f)
+        stamp.write_text(json.dumps({"key": key, "events": n_events}))
+    size = trace.stat().st_size
+    span_s = (fx.end_us - fx.start_us) / 1e6
+    print(f"fixture  {args.fixture}: {len(fx.tiled) + len(fx.once):,} events, "
+          f"span {span_s:.3f} s, ProfilerSteps per copy {fx.step_stride}")
+    print(f"trace    {trace}: {copies} copies, {n_events:,} events, "
+          f"{size:,} bytes ({size / MIB:.1f} MiB, {size / 1e6:.1f} MB), "
+          f"built in {time.perf_counter() - t0:.1f} s")
+    if size < args.min_mb * MIB or n_events < args.min_events:
+        print("note: below --min-mb / --min-events (--copies given?)")
+    if args.verify:
+        verify_trace(trace)
+    return trace
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="analyze_vs_hta-") as tmp:
+        scratch = Path(tmp)
+        folder = args.out_dir or scratch / "trace"
+        folder.mkdir(parents=True, exist_ok=True)
+        others = [p.name for p in folder.iterdir() if p.is_file() and p.name != TRACE_NAME
+                  and p.suffix in (".json", ".gz")]
+        if others:
+            raise SystemExit(f"{folder} holds other traces ({', '.join(others)}); HTA would "
+                             "read them too: use an empty --out-dir")
+        build(args, folder)
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(f"machine  {os.cpu_count()} CPUs, load average {load} (other load skews wall "
+              "times; CPU times are printed too)")
+        ddp, hta = ToolRuns("ddpprof"), ToolRuns("HTA")
+        for i in range(args.repeats):
+            order = ["ddpprof", "HTA"] if i % 2 == 0 else ["HTA", "ddpprof"]
+            for name in order:
+                if name == "HTA" and args.skip_hta:
+                    continue
+                print(f"run {i + 1}/{args.repeats}: {name} ...", flush=True)
+                if name == "ddpprof":
+                    run_ddpprof(args.python, folder, scratch, ddp)
+                else:
+                    run_hta(args.python, folder, hta)
+                m = (ddp if name == "ddpprof" else hta).runs[-1]
+                print(f"  {m.wall_s:.2f} s wall, {m.cpu_s:.2f} s CPU, peak {m.peak_mib:.0f} MiB, "
+                      f"exit {m.returncode}", flush=True)
+        report(ddp, hta)
+        failed = not ddp.ok or (not args.skip_hta and not hta.ok)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

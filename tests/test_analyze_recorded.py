@@ -1,0 +1,87 @@
+"""``ddpprof analyze`` on traces that ``ddpprof record`` made: invariants that must hold."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from ddpprof.variants import VARIANT_NAMES
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def analyzed(all_variants, tmp_path_factory):
+    from conftest import run_ddpprof
+
+    out, recorded = all_variants
+    assert recorded.returncode == 0, recorded.stderr
+    files = tmp_path_factory.mktemp("analysis")
+    result = run_ddpprof("analyze", str(out), "--json", str(files / "a.json"),
+                         "--csv", str(files / "a.csv"), "--per-step")
+    assert result.returncode == 0, result.stderr
+    document = json.loads((files / "a.json").read_text())
+    return {run["run"]: run for run in document["runs"]}, document, result, files
+
+
+def test_every_variant_is_analyzed_as_a_cpu_run(analyzed):
+    runs, document, _, _ = analyzed
+    assert document["schema"] == "ddpprof.analyze" and document["version"] == 1
+    assert document["errors"] == []
+    assert sorted(runs) == sorted(VARIANT_NAMES)
+    for name, run in runs.items():
+        assert run["kind"] == "cpu" and run["variant"] == name
+        assert run["steps"] == 1 and run["last_step"] == "dropped"  # 2 active, last dropped
+        assert run["ranks"] == (1 if name == "single" else 2)
+
+
+def test_shares_sum_to_100(analyzed):
+    runs, *_ = analyzed
+    for run in runs.values():
+        for rank in run["per_rank"]:
+            total = rank["compute_pct"] + rank["non_compute_pct"] + rank["idle_pct"]
+            assert total == pytest.approx(100.0), run["run"]
+
+
+def test_overlap_ordering(analyzed):
+    runs, *_ = analyzed
+    assert runs["single"]["overlap_pct"] is None  # no communication: n/a, not 0 or NaN
+    assert runs["simple_ddp"]["overlap_pct"] < 5.0
+    assert runs["pytorch_ddp"]["overlap_pct"] > runs["simple_ddp"]["overlap_pct"]
+
+
+def test_allreduce_calls_per_step_are_what_each_variant_launches(analyzed):
+    runs, *_ = analyzed
+    for name, run in runs.items():
+        assert run["all_reduce_calls_per_step"] == run["expected_allreduces_per_step"], name
+
+
+def test_bytes_per_step_are_the_gradient(analyzed):
+    runs, *_ = analyzed
+    gradient_bytes = 1_462_538 * 4
+    for name in ("simple_ddp", "bucket_ddp_async", "pytorch_ddp"):
+        run = runs[name]
+        per_step = run["all_reduce_bytes_per_call"] * run["all_reduce_calls_per_step"]
+        assert per_step == gradient_bytes, name
+        assert run["all_reduce_busbw_gbps"] == pytest.approx(run["all_reduce_algbw_gbps"])
+
+
+def test_table_csv_and_per_step_output(analyzed):
+    runs, _, result, files = analyzed
+    assert result.stdout.splitlines()[0].split()[:3] == ["run", "variant", "kind"]
+    rows = list(csv.DictReader(io.StringIO((files / "a.csv").read_text())))
+    assert sorted(r["run"] for r in rows) == sorted(runs)
+    assert "ProfilerStep#2" in result.stdout  # the per-step table
+    assert "last ProfilerStep dropped" in result.stderr
+
+
+def test_python_api_returns_a_dataframe(all_variants):
+    import ddpprof
+
+    out, _ = all_variants
+    frame = ddpprof.analyze(out)
+    assert sorted(frame["run"]) == sorted(VARIANT_NAMES)
+    assert {"compute_pct", "overlap_pct", "all_reduce_calls_per_step"} <= set(frame.columns)
