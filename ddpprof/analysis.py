@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -277,11 +278,15 @@ def _map_ranks(paths: list[Path], drop: bool | None, per_step: bool, jobs: int |
 
 
 def analyze_paths(paths: list[Path], keep_last_step: bool = False, per_step: bool = False,
-                  jobs: int | None = None, engine: str = "native") -> Analysis:
+                  jobs: int | None = None, engine: str = "native",
+                  on_run: Callable[[int, int, RunInput], None] | None = None) -> Analysis:
     """Every run found under ``paths``; a run that cannot be analyzed is listed in ``errors``
-    and the others are still reported."""
+    and the others are still reported. ``on_run(index, total, run)`` is told of each run."""
     runs, errors = [], []
-    for run in discover(paths):
+    found = discover(paths)
+    for index, run in enumerate(found):
+        if on_run:
+            on_run(index, len(found), run)
         try:
             runs.append(analyze_run(run, keep_last_step, per_step, jobs, engine))
         except UsageError as error:

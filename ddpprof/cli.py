@@ -99,18 +99,30 @@ def record(variant_spec: str, json_file: Path | None, csv_file: Path | None, mar
 @click.option("--keep-last-step", is_flag=True,
               help="Analyze the last ProfilerStep too (HTA drops it by default).")
 @click.option("--jobs", type=click.IntRange(min=1), help="Ranks analyzed in parallel.")
+@click.option("--quiet", is_flag=True, help="No progress display (also under CI=true).")
 def analyze(paths: tuple[Path, ...], json_file: Path | None, csv_file: Path | None,
             markdown: bool, per_step: bool, engine: str, keep_last_step: bool,
-            jobs: int | None) -> None:
+            jobs: int | None, quiet: bool) -> None:
     """Compute, non-compute, idle and overlap shares and collective statistics of traces.
 
     PATH is a run folder (rank traces and an optional run.json), a folder of run folders, or
     trace files (.json or .json.gz).
     """
     from .analysis import analyze_paths, run_row, to_json_document
+    from .record.progress import quiet_by_environment
+
+    show_progress = not (quiet or quiet_by_environment()) and sys.stderr.isatty()
+
+    def progress(index: int, total: int, run) -> None:
+        if show_progress:
+            click.echo(f"\r\033[K[{index + 1}/{total}] analyzing {run.name} "
+                       f"({len(run.traces)} trace{'s' * (len(run.traces) != 1)})", err=True,
+                       nl=False)
 
     analysis = analyze_paths(list(paths), keep_last_step=keep_last_step, per_step=per_step,
-                             jobs=jobs, engine=engine)
+                             jobs=jobs, engine=engine, on_run=progress)
+    if show_progress:
+        click.echo("\r\033[K", err=True, nl=False)
     rows = [run_row(run) for run in analysis.runs]
     if rows:
         render = table.to_markdown if markdown else table.to_text
