@@ -146,6 +146,77 @@ def analyze(paths: tuple[Path, ...], json_file: Path | None, csv_file: Path | No
         sys.exit(2)
 
 
+GATE_COLUMNS = ["rule", "run", "baseline", "current", "threshold", "verdict"]
+
+
+@cli.command()
+@click.argument("current", type=click.Path(path_type=Path))
+@click.option("--baseline", "baseline_file", required=True, type=click.Path(path_type=Path),
+              help="An `ddpprof analyze --json` file.")
+@click.option("--rule", "rules", multiple=True,
+              help="METRIC OP RHS, e.g. 'overlap_pct >= baseline - 2' or 'compute_pct >= 60'. "
+                   "Repeatable. [default: overlap_pct >= baseline - 2]")
+@click.option("--tolerance", default=0.0, show_default=True, type=click.FloatRange(min=0),
+              help="Slack, in each metric's units, before a rule counts as broken.")
+@click.option("--aggregate", type=click.Choice(["none", "median"]), default="none",
+              show_default=True, help="median: repeats of a variant become their median.")
+@click.option("--markdown", "markdown_file", type=click.Path(path_type=Path),
+              help="Also write the verdicts as Markdown (for a PR comment).")
+def gate(current: Path, baseline_file: Path, rules: tuple[str, ...], tolerance: float,
+         aggregate: str, markdown_file: Path | None) -> None:
+    """Fail (exit 1) when a metric of CURRENT breaks a rule against the baseline.
+
+    CURRENT is a trace folder (analyzed now) or an `ddpprof analyze --json` file.
+    Exit 0: every rule holds; 1: a regression; 2: bad input.
+    """
+    from . import gate as gating
+
+    parsed = [gating.parse_rule(text) for text in rules or (gating.DEFAULT_RULE,)]
+    now, before = _gate_runs(current), _gate_runs(baseline_file, must_be_json=True)
+    if aggregate == "median":
+        now, before = gating.aggregate_by_variant(now), gating.aggregate_by_variant(before)
+    verdicts = gating.evaluate(parsed, now, before, tolerance)
+    rows = [v.row() for v in verdicts]
+    failed = [v for v in verdicts if v.verdict == "FAIL"]
+    summary = (f"{len(failed)} of {len(verdicts)} checks failed" if failed
+               else f"all {len(verdicts)} checks passed")
+    click.echo(table.to_text(rows, GATE_COLUMNS) + summary)
+    if markdown_file:
+        _write_text(markdown_file, "### ddpprof gate\n\n" + table.to_markdown(rows, GATE_COLUMNS)
+                    + f"\n**{summary}**\n")
+    if failed:
+        sys.exit(1)
+
+
+def _gate_runs(path: Path, must_be_json: bool = False) -> list[dict]:
+    """The per-run rows of an analyze --json file, or of a trace folder analyzed now."""
+    import json
+
+    from .analysis import analyze_paths, to_json_document
+
+    if path.is_file() or must_be_json:
+        try:
+            document = json.loads(path.read_text())
+        except OSError as error:
+            raise UsageError(f"{path}: cannot be read ({error.strerror})") from None
+        except ValueError as error:
+            raise UsageError(f"{path}: not JSON ({error})") from None
+        if not isinstance(document, dict) or document.get("schema") != "ddpprof.analyze" \
+                or not isinstance(document.get("runs"), list):
+            raise UsageError(f"{path}: not a `ddpprof analyze --json` file")
+        if document.get("version") != 1:
+            raise UsageError(f"{path}: analyze schema version {document.get('version')!r}, "
+                             "this ddpprof reads version 1")
+        runs = document["runs"]
+        if not all(isinstance(r, dict) and isinstance(r.get("run"), str) for r in runs):
+            raise UsageError(f"{path}: malformed runs (each needs a 'run' name)")
+        return runs
+    analysis = analyze_paths([path])
+    if analysis.errors:
+        raise UsageError(analysis.errors[0]["error"])
+    return to_json_document(analysis)["runs"]
+
+
 def _ranges(numbers: list[int]) -> str:
     """[2, 3, 4, 9] -> "2-4, 9"."""
     spans: list[list[int]] = []
