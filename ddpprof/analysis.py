@@ -43,6 +43,7 @@ class RankResult:
     breakdown: Breakdown
     collectives: dict[str, CollectiveStats]
     per_step: list[dict[str, Any]] = field(default_factory=list)
+    timeline: dict[str, Any] | None = None  # one representative step's lanes (for reports)
 
 
 @dataclass
@@ -66,17 +67,19 @@ def step_names_in(trace: RankTrace) -> set[str]:
     return {trace.names[i] for i in trace.name_id[index]}
 
 
-def analyze_trace(trace: RankTrace, drop_last_step: bool, per_step: bool = False) -> RankResult:
-    """All metrics of one rank (pure: no I/O)."""
+def analyze_trace(trace: RankTrace, drop_last_step: bool, per_step: bool = False,
+                  timeline: bool = False) -> RankResult:
+    """All metrics of one rank (pure: no I/O); with ``timeline``, also the compute and comm
+    lanes of its middle analyzed step."""
     step_index, _ = classify.profiler_steps(trace)
     if step_index.size == 0:
         raise TraceError(trace.path, "no ProfilerStep#N spans (record with a profiler schedule "
                                      "and call profiler.step())")
     analyzed = step_index[:-1] if drop_last_step else step_index
     if classify.has_device_events(trace):
-        result = _device_metrics(trace, drop_last_step, analyzed, per_step)
+        result = _device_metrics(trace, drop_last_step, analyzed, per_step, timeline)
     else:
-        result = _host_metrics(trace, analyzed, per_step)
+        result = _host_metrics(trace, analyzed, per_step, timeline)
     breakdown = result[0]
     if breakdown.window_us <= 0:
         raise TraceError(trace.path, "nothing in the analyzed window (no events between the "
@@ -84,7 +87,7 @@ def analyze_trace(trace: RankTrace, drop_last_step: bool, per_step: bool = False
     return RankResult(path=str(trace.path), rank=trace.rank, world_size=trace.world_size,
                       backend=trace.backend, kind=result[3], steps=int(analyzed.size),
                       total_steps=int(step_index.size), breakdown=breakdown,
-                      collectives=result[1], per_step=result[2])
+                      collectives=result[1], per_step=result[2], timeline=result[4])
 
 
 def _collectives(trace: RankTrace, chosen: np.ndarray) -> dict[str, CollectiveStats]:
@@ -100,21 +103,29 @@ def _collectives(trace: RankTrace, chosen: np.ndarray) -> dict[str, CollectiveSt
     return collective_stats(names, durations, sizes, group_size)
 
 
-def _device_metrics(trace: RankTrace, drop_last_step: bool, steps: np.ndarray, per_step: bool):
+def _device_metrics(trace: RankTrace, drop_last_step: bool, steps: np.ndarray, per_step: bool,
+                    timeline: bool):
     selected = classify.hta_device_events(trace, drop_last_step)
     kinds = classify.event_kinds(trace)
     start, end = trace.start_us[selected], trace.end_us[selected]
     is_compute, is_comm = kinds[selected] == Kind.COMPUTE, kinds[selected] == Kind.COMMUNICATION
     breakdown = device_breakdown(start, end, is_compute, is_comm)
     collectives = _collectives(trace, selected & (kinds == Kind.COMMUNICATION))
-    rows = []
-    if per_step:
+    rows, lanes = [], None
+    if per_step or timeline:
         launched_in = _launch_step(trace, steps)[selected]
         for position, step in enumerate(steps):
             mine = launched_in == position
-            rows.append(_step_row(trace, step, device_breakdown(
-                start[mine], end[mine], is_compute[mine], is_comm[mine])))
-    return breakdown, collectives, rows, "gpu"
+            if per_step:
+                rows.append(_step_row(trace, step, device_breakdown(
+                    start[mine], end[mine], is_compute[mine], is_comm[mine])))
+            if timeline and position == steps.size // 2 and mine.any():
+                origin, finish = start[mine].min(), end[mine].max()
+                comm_index = np.flatnonzero(selected)[mine & is_comm]
+                lanes = _lanes(trace, step, origin, finish,
+                               iv.union(start[mine & is_compute], end[mine & is_compute]),
+                               comm_index)
+    return breakdown, collectives, rows, "gpu", lanes
 
 
 def _launch_step(trace: RankTrace, steps: np.ndarray) -> np.ndarray:
@@ -154,7 +165,7 @@ def _host_lanes(trace: RankTrace):
     return work, waits, comm
 
 
-def _host_metrics(trace: RankTrace, steps: np.ndarray, per_step: bool):
+def _host_metrics(trace: RankTrace, steps: np.ndarray, per_step: bool, timeline: bool):
     work, waits, comm = _host_lanes(trace)
     s, e = trace.start_us, trace.end_us
     wait_set = iv.union(s[waits], e[waits])
@@ -171,7 +182,31 @@ def _host_metrics(trace: RankTrace, steps: np.ndarray, per_step: bool):
     rows = [_step_row(trace, step, host_breakdown(
                 iv.union(s[[step]], e[[step]]), compute_set, comm_set, wait_set))
             for step in steps] if per_step else []
-    return breakdown, collectives, rows, "cpu"
+    lanes = None
+    if timeline and steps.size:
+        step = steps[steps.size // 2]
+        lo, hi = s[step], e[step]
+        inside = np.flatnonzero(comm & (s < hi) & (e > lo))
+        step_compute = iv.intersect(compute_set, iv.union(s[[step]], e[[step]]))
+        lanes = _lanes(trace, step, lo, hi, step_compute, inside)
+    return breakdown, collectives, rows, "cpu", lanes
+
+
+def _lanes(trace: RankTrace, step: int, origin: float, finish: float, compute: iv.Intervals,
+           comm_index: np.ndarray) -> dict[str, Any]:
+    """One step as a picture: compute intervals and one bar per collective, in µs from the
+    step's start."""
+    bars = []
+    for i in comm_index:
+        args = trace.comm_args.get(int(i))
+        bars.append({"start": float(max(trace.start_us[i], origin) - origin),
+                     "end": float(min(trace.end_us[i], finish) - origin),
+                     "name": classify.collective_of(trace.names[trace.name_id[i]],
+                                                    args.collective if args else None),
+                     "bytes": args.bytes_per_call if args else None})
+    return {"step": trace.names[trace.name_id[step]], "window_us": float(finish - origin),
+            "compute": np.stack([compute[0] - origin, compute[1] - origin], axis=1).tolist(),
+            "comm": bars}
 
 
 def _any_inside(start: np.ndarray, end: np.ndarray, window: iv.Intervals) -> bool:
@@ -191,24 +226,25 @@ def breakdown_fields(b: Breakdown) -> dict[str, Any]:
 
 
 def _load_and_analyze(path: Path, drop_last_step: bool | None, per_step: bool,
-                      decode_workers: int = 1
+                      timeline: bool = False, decode_workers: int = 1
                       ) -> tuple[RankResult | None, set[str], TraceError | None]:
     """Load and analyze one rank; ``drop_last_step=None`` decides from this rank's own steps."""
     try:
         trace = load(path, workers=decode_workers)
         names = step_names_in(trace)
         drop = len(names) >= 2 if drop_last_step is None else drop_last_step
-        return analyze_trace(trace, drop, per_step), names, None
+        return analyze_trace(trace, drop, per_step, timeline), names, None
     except TraceError as error:
         return None, set(), error
 
 
 def analyze_run(run: RunInput, keep_last_step: bool = False, per_step: bool = False,
-                jobs: int | None = None, engine: str = "native") -> RunResult:
+                jobs: int | None = None, engine: str = "native",
+                timeline: bool = False) -> RunResult:
     """Load every rank (in parallel, at most ``jobs`` processes, so memory stays bounded by
     ``jobs`` traces) and analyze it."""
     manifest = read_manifest(run.folder)
-    outcomes = _map_ranks(run.traces, False if keep_last_step else None, per_step, jobs)
+    outcomes = _map_ranks(run.traces, False if keep_last_step else None, per_step, timeline, jobs)
     # HTA drops the last step when the run's traces name at least two distinct ProfilerSteps
     # between them; a rank that decided otherwise from its own steps alone is redone.
     names = set().union(*(step_names for _, step_names, _ in outcomes))
@@ -216,7 +252,7 @@ def analyze_run(run: RunInput, keep_last_step: bool = False, per_step: bool = Fa
     results = []
     for path, (result, step_names, _) in zip(run.traces, outcomes, strict=True):
         if result is not None and not keep_last_step and (len(step_names) >= 2) != drop:
-            result = _raise_error(_load_and_analyze(path, drop, per_step))
+            result = _raise_error(_load_and_analyze(path, drop, per_step, timeline))
         results.append(result)
     seen: dict[int, str] = {}
     for result in results:
@@ -261,17 +297,18 @@ def _with_hta(run: RunInput, results: list[RankResult], keep_last_step: bool
             for r in results]
 
 
-def _map_ranks(paths: list[Path], drop: bool | None, per_step: bool, jobs: int | None
-               ) -> list[tuple[RankResult | None, set[str], TraceError | None]]:
+def _map_ranks(paths: list[Path], drop: bool | None, per_step: bool, timeline: bool,
+               jobs: int | None) -> list[tuple[RankResult | None, set[str], TraceError | None]]:
     cores = jobs or os.cpu_count() or 1
     workers = min(len(paths), cores)
     if workers <= 1:
         # one rank at a time: its own decoding may use the cores instead
-        outcomes = [_load_and_analyze(p, drop, per_step, cores) for p in paths]
+        outcomes = [_load_and_analyze(p, drop, per_step, timeline, cores) for p in paths]
     else:
+        n = len(paths)
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            outcomes = list(pool.map(_load_and_analyze, paths, [drop] * len(paths),
-                                     [per_step] * len(paths)))
+            outcomes = list(pool.map(_load_and_analyze, paths, [drop] * n, [per_step] * n,
+                                     [timeline] * n))
     for outcome in outcomes:
         _raise_error(outcome)
     return outcomes
@@ -279,7 +316,8 @@ def _map_ranks(paths: list[Path], drop: bool | None, per_step: bool, jobs: int |
 
 def analyze_paths(paths: list[Path], keep_last_step: bool = False, per_step: bool = False,
                   jobs: int | None = None, engine: str = "native",
-                  on_run: Callable[[int, int, RunInput], None] | None = None) -> Analysis:
+                  on_run: Callable[[int, int, RunInput], None] | None = None,
+                  timeline: bool = False) -> Analysis:
     """Every run found under ``paths``; a run that cannot be analyzed is listed in ``errors``
     and the others are still reported. ``on_run(index, total, run)`` is told of each run."""
     runs, errors = [], []
@@ -288,7 +326,7 @@ def analyze_paths(paths: list[Path], keep_last_step: bool = False, per_step: boo
         if on_run:
             on_run(index, len(found), run)
         try:
-            runs.append(analyze_run(run, keep_last_step, per_step, jobs, engine))
+            runs.append(analyze_run(run, keep_last_step, per_step, jobs, engine, timeline))
         except UsageError as error:
             errors.append({"run": run.name, "error": str(error)})
     return Analysis(runs, errors)

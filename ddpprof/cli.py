@@ -100,9 +100,12 @@ def record(variant_spec: str, json_file: Path | None, csv_file: Path | None, mar
               help="Analyze the last ProfilerStep too (HTA drops it by default).")
 @click.option("--jobs", type=click.IntRange(min=1), help="Ranks analyzed in parallel.")
 @click.option("--quiet", is_flag=True, help="No progress display (also under CI=true).")
+@click.option("--html", "html_file", is_flag=False, flag_value="", default=None,
+              metavar="[FILE]", help="Write the HTML comparison report [default FILE: "
+                                     "reports/<name>.html].")
 def analyze(paths: tuple[Path, ...], json_file: Path | None, csv_file: Path | None,
             markdown: bool, per_step: bool, engine: str, keep_last_step: bool,
-            jobs: int | None, quiet: bool) -> None:
+            jobs: int | None, quiet: bool, html_file: str | None) -> None:
     """Compute, non-compute, idle and overlap shares and collective statistics of traces.
 
     PATH is a run folder (rank traces and an optional run.json), a folder of run folders, or
@@ -120,7 +123,8 @@ def analyze(paths: tuple[Path, ...], json_file: Path | None, csv_file: Path | No
                        nl=False)
 
     analysis = analyze_paths(list(paths), keep_last_step=keep_last_step, per_step=per_step,
-                             jobs=jobs, engine=engine, on_run=progress)
+                             jobs=jobs, engine=engine, on_run=progress,
+                             timeline=html_file is not None)
     if show_progress:
         click.echo("\r\033[K", err=True, nl=False)
     rows = [run_row(run) for run in analysis.runs]
@@ -140,6 +144,13 @@ def analyze(paths: tuple[Path, ...], json_file: Path | None, csv_file: Path | No
         _write_text(json_file, table.dumps(to_json_document(analysis)))
     if csv_file:
         _write_text(csv_file, table.to_csv(rows, list(rows[0]) if rows else ANALYZE_COLUMNS))
+    if html_file is not None and analysis.runs:
+        from .report.html import render_report
+
+        name = paths[0].resolve().name if len(paths) == 1 else "report"
+        target = Path(html_file) if html_file else Path("reports") / f"{name}.html"
+        _write_text(target, render_report(analysis, f"ddpprof: {name}"))
+        click.echo(f"report: {target}", err=True)
     if analysis.errors:
         for error in analysis.errors:
             click.echo(f"ddpprof: error: {error['error']}", err=True)

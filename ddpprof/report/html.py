@@ -1,0 +1,200 @@
+"""The self-contained HTML comparison report: jinja2 page, plotly figures, plotly.js inlined
+once, so the file opens from disk with no network."""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any
+
+import jinja2
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from ..analysis import Analysis, RunResult, rank_row, run_row
+from .table import format_cell
+
+TABLE_COLUMNS = [
+    ("run", "Run"), ("variant", "Variant"), ("model", "Model"), ("world_size", "Ranks"),
+    ("backend", "Backend"), ("compute_pct", "Compute %"), ("non_compute_pct", "Non-compute %"),
+    ("idle_pct", "Idle %"), ("overlap_pct", "Overlap %"),
+    ("comm_overhead_pct", "Comm overhead %"),
+    ("all_reduce_calls_per_step", "All-reduce calls / step"),
+    ("all_reduce_ms_per_step", "All-reduce ms / step"), ("samples_per_s", "Samples/s"),
+    ("speedup_vs_single", "Speedup vs single"),
+]
+
+DEFINITIONS = [
+    ("Window", "GPU: first to last analyzed kernel. CPU: the analyzed ProfilerSteps. The last "
+               "step is dropped by default, as HolisticTraceAnalysis does."),
+    ("Compute %", "Time some compute runs (GPU: compute kernels; CPU: ops on the training "
+                  "thread, minus communication and waits), as a share of the window."),
+    ("Non-compute %", "Time only communication, memory copies or waits run."),
+    ("Idle %", "Time nothing runs."),
+    ("Overlap %", "Share of communication time during which compute also runs: how much of "
+                  "the gradient traffic hides behind backward. n/a without communication."),
+    ("Comm overhead %", "Communication no compute hides (exposed), as a share of the window."),
+    ("All-reduce calls and ms / step", "Per optimizer step (one ProfilerStep), averaged over "
+                                       "ranks; bucketed variants make fewer, larger calls."),
+    ("Bus bandwidth", "Bytes moved / time in the calls, times 2(n-1)/n for all-reduce "
+                      "(the nccl-tests convention)."),
+]
+
+COLORS = {"compute": "#2f7ed8", "non_compute": "#f28f43", "idle": "#c9c9c9",
+          "comm": "#d64550"}
+
+
+def _environment() -> jinja2.Environment:
+    loader = jinja2.FunctionLoader(
+        lambda name: resources.files("ddpprof").joinpath("templates", name).read_text())
+    return jinja2.Environment(loader=loader, autoescape=jinja2.select_autoescape(["html", "j2"]))
+
+
+def _layout(fig: go.Figure, title: str, **kwargs: Any) -> go.Figure:
+    fig.update_layout(title=title, template="plotly_white", height=kwargs.pop("height", 380),
+                      margin=dict(l=60, r=20, t=50, b=60), legend=dict(orientation="h"),
+                      **kwargs)
+    return fig
+
+
+def breakdown_figure(rows: list[dict[str, Any]]) -> go.Figure:
+    names = [r["run"] for r in rows]
+    fig = go.Figure([
+        go.Bar(name=label, x=names, y=[r[key] for r in rows], marker_color=COLORS[color])
+        for key, label, color in (("compute_pct", "compute", "compute"),
+                                  ("non_compute_pct", "non-compute", "non_compute"),
+                                  ("idle_pct", "idle", "idle"))])
+    return _layout(fig, "Where the time goes (% of the window, mean over ranks)",
+                   barmode="stack", yaxis_title="%")
+
+
+def overlap_figure(rows: list[dict[str, Any]]) -> go.Figure:
+    fig = go.Figure([go.Bar(x=[r["run"] for r in rows],
+                            y=[r["overlap_pct"] for r in rows], marker_color=COLORS["comm"],
+                            text=[format_cell(r["overlap_pct"]) for r in rows],
+                            textposition="outside", name="overlap")])
+    return _layout(fig, "Communication overlapped by compute (%)", yaxis_title="%",
+                   yaxis_range=[0, 105])
+
+
+def allreduce_figure(rows: list[dict[str, Any]]) -> go.Figure:
+    names = [r["run"] for r in rows]
+    fig = go.Figure([
+        go.Bar(name="calls / step", x=names, y=[r["all_reduce_calls_per_step"] for r in rows],
+               offsetgroup=0, marker_color="#5a5a9e"),
+        go.Bar(name="ms / step", x=names, y=[r["all_reduce_ms_per_step"] for r in rows],
+               offsetgroup=1, yaxis="y2", marker_color=COLORS["comm"]),
+    ])
+    return _layout(fig, "All-reduce per optimizer step", yaxis_title="calls",
+                   yaxis2=dict(title="ms", overlaying="y", side="right"), barmode="group")
+
+
+def bandwidth_figure(rows: list[dict[str, Any]]) -> go.Figure:
+    names = [r["run"] for r in rows]
+    megabytes = [r["all_reduce_bytes_per_call"] / 1e6 if r["all_reduce_bytes_per_call"]
+                 else None for r in rows]
+    fig = go.Figure([
+        go.Bar(name="MB per call", x=names, y=megabytes, offsetgroup=0, marker_color="#8085e9"),
+        go.Bar(name="bus bandwidth GB/s", x=names, y=[r["all_reduce_busbw_gbps"] for r in rows],
+               offsetgroup=1, yaxis="y2", marker_color="#90ed7d"),
+    ])
+    return _layout(fig, "All-reduce size and bus bandwidth", yaxis_title="MB per call",
+                   yaxis2=dict(title="GB/s", overlaying="y", side="right"), barmode="group")
+
+
+def spread_figure(runs: list[RunResult]) -> go.Figure:
+    """Every rank as a point, per run: a straggler stands apart from its run's cloud."""
+    fig = go.Figure()
+    for metric, label in (("compute_pct", "compute %"), ("overlap_pct", "overlap %")):
+        xs, ys, texts = [], [], []
+        for run in runs:
+            for rank in run.ranks:
+                value = rank_row(rank)[metric]
+                if value is not None:
+                    xs.append(run.name)
+                    ys.append(value)
+                    texts.append(f"rank {rank.rank}")
+        fig.add_trace(go.Box(x=xs, y=ys, name=label, boxpoints="all", jitter=0.4,
+                             pointpos=0, text=texts, hovertemplate="%{text}: %{y:.2f}"))
+    return _layout(fig, "Per-rank spread", boxmode="group", yaxis_title="%")
+
+
+def timeline_figure(run: RunResult) -> go.Figure:
+    """One representative step per rank: a compute lane and a communication lane, each
+    collective (each bucket's all-reduce) its own bar, times in ms from the step's start."""
+    fig = go.Figure()
+    for rank in run.ranks:
+        lanes = rank.timeline
+        if not lanes:
+            continue
+        compute_label, comm_label = f"rank {rank.rank} compute", f"rank {rank.rank} comm"
+        compute = lanes["compute"]
+        fig.add_trace(go.Bar(
+            y=[compute_label] * len(compute), x=[(b - a) / 1e3 for a, b in compute],
+            base=[a / 1e3 for a, _ in compute], orientation="h", name="compute",
+            marker_color=COLORS["compute"], showlegend=rank is run.ranks[0],
+            hovertemplate="compute %{base:.3f}–%{x:.3f} ms<extra></extra>"))
+        bars = lanes["comm"]
+        fig.add_trace(go.Bar(
+            y=[comm_label] * len(bars), x=[(b["end"] - b["start"]) / 1e3 for b in bars],
+            base=[b["start"] / 1e3 for b in bars], orientation="h", name="communication",
+            marker_color=COLORS["comm"], marker_line=dict(color="white", width=1),
+            showlegend=rank is run.ranks[0],
+            text=[f"{b['name']} {_size(b['bytes'])}" for b in bars],
+            hovertemplate="%{text}<br>%{base:.3f} ms, %{x:.3f} ms long<extra></extra>"))
+    step = next((r.timeline["step"] for r in run.ranks if r.timeline), "")
+    return _layout(fig, f"{run.name}: {step}, one step per rank (ms from the step's start)",
+                   barmode="overlay", xaxis_title="ms",
+                   height=160 + 60 * 2 * len(run.ranks),
+                   yaxis=dict(autorange="reversed"))
+
+
+def _size(size: float | None) -> str:
+    return "" if size is None else f"{size / 1e6:.2f} MB"
+
+
+def _environment_summary(runs: list[RunResult]) -> list[tuple[str, str]]:
+    def values(key: str) -> str:
+        found = []
+        for run in runs:
+            value = run.manifest.get("config", {}).get(key)
+            items = value if isinstance(value, list) else [value]
+            found += [str(v) for v in items if v is not None and str(v) not in found]
+        return ", ".join(dict.fromkeys(found)) or "not recorded"
+
+    backends = ", ".join(dict.fromkeys(str(r.ranks[0].backend) for r in runs)) or "-"
+    return [("torch", values("torch_version")), ("backend", backends),
+            ("devices", values("devices")), ("world size", values("world_size")),
+            ("model", values("model")), ("global batch", values("global_batch")),
+            ("grad accumulation", values("grad_accum")), ("parameters", values("parameters"))]
+
+
+def comparison_rows(analysis: Analysis) -> list[dict[str, Any]]:
+    rows = [run_row(run) for run in analysis.runs]
+    single = [r["samples_per_s"] for r in rows if r["variant"] == "single" and r["samples_per_s"]]
+    baseline = statistics.median(single) if single else None
+    for row in rows:
+        row["speedup_vs_single"] = (row["samples_per_s"] / baseline
+                                    if baseline and row["samples_per_s"] else None)
+    return rows
+
+
+def render_report(analysis: Analysis, title: str) -> str:
+    """The whole page as one string (the caller writes it)."""
+    rows = comparison_rows(analysis)
+    figures = [breakdown_figure(rows), overlap_figure(rows), allreduce_figure(rows),
+               bandwidth_figure(rows), spread_figure(analysis.runs)]
+    timelines = [timeline_figure(run) for run in analysis.runs]
+    config = {"displaylogo": False, "responsive": True}
+    html_figures = [fig.to_html(full_html=False, include_plotlyjs=False, config=config)
+                    for fig in figures]
+    html_timelines = [fig.to_html(full_html=False, include_plotlyjs=False, config=config)
+                      for fig in timelines]
+    return _environment().get_template("report.html.j2").render(
+        title=title, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        environment=_environment_summary(analysis.runs), definitions=DEFINITIONS,
+        columns=TABLE_COLUMNS, rows=rows, cell=format_cell, figures=html_figures,
+        timelines=html_timelines, figure_count=len(html_figures) + len(html_timelines),
+        errors=analysis.errors, last_steps={r.name: r.last_step for r in analysis.runs},
+        plotly_js=get_plotlyjs())
