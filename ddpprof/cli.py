@@ -228,6 +228,68 @@ def _gate_runs(path: Path, must_be_json: bool = False) -> list[dict]:
     return to_json_document(analysis)["runs"]
 
 
+SWEEP_COLUMNS = ["variant", "bucket_cap_mb", "status", "buckets", "step_ms", "samples_per_s",
+                 "overlap_pct", "all_reduce_calls_per_step", "exposed_comm_ms_per_step"]
+
+
+@cli.command()
+@click.option("--variants", "variant_spec", default="pytorch_ddp,bucket_ddp_async",
+              show_default=True)
+@click.option("--bucket-cap-mb", "sizes_spec", default="1,2,5,10,25,50,100", show_default=True,
+              help="Bucket sizes to try, comma-separated.")
+@click.option("--model", default="mlp-xlarge", show_default=True)
+@click.option("--nproc", default=2, show_default=True)
+@click.option("--steps", default=8, show_default=True)
+@click.option("--global-batch", default=1024, show_default=True)
+@click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto",
+              show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("sweep"),
+              show_default=True)
+@click.option("--html", "html_file", is_flag=False, flag_value="", default=None,
+              metavar="[FILE]", help="Write the valley chart [default FILE: reports/sweep.html].")
+@click.option("--json", "json_file", type=click.Path(path_type=Path))
+@click.option("--csv", "csv_file", type=click.Path(path_type=Path))
+@click.option("--markdown", is_flag=True)
+@click.option("--quiet", is_flag=True, help="No progress display (also under CI=true).")
+def sweep(variant_spec: str, sizes_spec: str, model: str, nproc: int, steps: int,
+          global_batch: int, backend: str, out: Path, html_file: str | None,
+          json_file: Path | None, csv_file: Path | None, markdown: bool, quiet: bool) -> None:
+    """Measure step time, overlap, all-reduce calls and exposed communication for each bucket
+    size: the bucket-size valley of seed 002."""
+    from . import sweep as sweeping
+    from .record import RecordOptions
+    from .record.launcher import parse_variants
+
+    base = RecordOptions(variants=parse_variants(variant_spec), model=model, nproc=nproc,
+                         steps=steps, global_batch=global_batch, backend=backend, out=out,
+                         quiet=quiet)
+    rows = sweeping.sweep(base.variants, sweeping.parse_sizes(sizes_spec), base)
+    render = table.to_markdown if markdown else table.to_text
+    click.echo(render(rows, SWEEP_COLUMNS), nl=False)
+    best = sweeping.best_sizes(rows)
+    for variant, size in best.items():
+        click.echo(f"{variant}: fastest at {size:g} MB", err=True)
+    if json_file:
+        _write_text(json_file, table.to_json(rows, "ddpprof.sweep"))
+    if csv_file:
+        _write_text(csv_file, table.to_csv(rows, SWEEP_COLUMNS))
+    if html_file is not None:
+        from .report.html import render_page, valley_figure
+
+        target = Path(html_file) if html_file else Path("reports") / "sweep.html"
+        intro = [f"{model}, {nproc} ranks per node, global batch {global_batch}. Step time is "
+                 "the median of each run's unprofiled steps; overlap and calls come from its "
+                 "profiled steps."]
+        _write_text(target, render_page(
+            "ddpprof sweep: bucket size", intro, [(c, c) for c in SWEEP_COLUMNS], rows,
+            [valley_figure(rows, sweeping.DEFAULT_BUCKET_CAP_MB)]))
+        click.echo(f"report: {target}", err=True)
+    failed = [r for r in rows if r["status"] != "complete"]
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(rows)} runs failed: "
+                                   + "; ".join(f"{r['run']} ({r['error']})" for r in failed))
+
+
 def _ranges(numbers: list[int]) -> str:
     """[2, 3, 4, 9] -> "2-4, 9"."""
     spans: list[list[int]] = []

@@ -198,3 +198,31 @@ def render_report(analysis: Analysis, title: str) -> str:
         timelines=html_timelines, figure_count=len(html_figures) + len(html_timelines),
         errors=analysis.errors, last_steps={r.name: r.last_step for r in analysis.runs},
         plotly_js=get_plotlyjs())
+
+
+def render_page(title: str, intro: list[str], columns: list[tuple[str, str]],
+                rows: list[dict[str, Any]], figures: list[go.Figure]) -> str:
+    """A smaller self-contained page (sweep, bench): text, one table, figures."""
+    config = {"displaylogo": False, "responsive": True}
+    return _environment().get_template("figures.html.j2").render(
+        title=title, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        intro=intro, columns=columns, rows=rows, cell=format_cell,
+        figures=[f.to_html(full_html=False, include_plotlyjs=False, config=config)
+                 for f in figures], plotly_js=get_plotlyjs())
+
+
+def valley_figure(rows: list[dict[str, Any]], default_mb: float) -> go.Figure:
+    """Step time against bucket size, one line per variant, the default size marked."""
+    fig = go.Figure()
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        mine = [r for r in rows if r["variant"] == variant and r.get("step_ms") is not None]
+        fig.add_trace(go.Scatter(
+            x=[r["bucket_cap_mb"] for r in mine], y=[r["step_ms"] for r in mine],
+            mode="lines+markers", name=variant,
+            text=[f"overlap {format_cell(r['overlap_pct'])} %, "
+                  f"{format_cell(r['all_reduce_calls_per_step'])} all-reduces/step" for r in mine],
+            hovertemplate="%{x} MB: %{y:.1f} ms<br>%{text}<extra></extra>"))
+    fig.add_vline(x=default_mb, line_dash="dash", line_color="#888",
+                  annotation_text=f"default {default_mb:g} MB")
+    return _layout(fig, "Step time against bucket size", xaxis_type="log",
+                   xaxis_title="bucket cap (MB, log scale)", yaxis_title="step time (ms)")
