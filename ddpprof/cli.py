@@ -228,6 +228,71 @@ def _gate_runs(path: Path, must_be_json: bool = False) -> list[dict]:
     return to_json_document(analysis)["runs"]
 
 
+BENCH_COLUMNS = ["model", "variant", "nproc", "step_ms_min", "step_ms_median", "epoch_s",
+                 "comm_ms", "samples_per_s", "speedup", "efficiency", "amdahl_f",
+                 "amdahl_ceiling", "profiler_overhead"]
+
+
+@cli.command()
+@click.option("--models", default="mlp-small,mlp-medium,mlp-large,mlp-xlarge", show_default=True)
+@click.option("--variants", "variant_spec",
+              default="single,simple_ddp,simple_ddp_async,pytorch_ddp", show_default=True)
+@click.option("--nproc", "nproc_spec", default="1,2", show_default=True,
+              help="Process counts, comma-separated.")
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1))
+@click.option("--steps", default=8, show_default=True)
+@click.option("--warmup-steps", default=2, show_default=True, type=click.IntRange(min=0),
+              help="Steps left out of every timing.")
+@click.option("--global-batch", default=1024, show_default=True)
+@click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto",
+              show_default=True)
+@click.option("--overhead/--no-overhead", default=True, show_default=True,
+              help="One profiled run per configuration, for the profiler's overhead.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
+@click.option("--json", "json_file", type=click.Path(path_type=Path),
+              help="[default: <out>/bench.json]")
+@click.option("--csv", "csv_file", type=click.Path(path_type=Path))
+@click.option("--markdown", is_flag=True)
+@click.option("--html", "html_file", is_flag=False, flag_value="", default=None,
+              metavar="[FILE]", help="Write the charts [default FILE: reports/bench.html].")
+@click.option("--quiet", is_flag=True, help="No progress display (also under CI=true).")
+def bench(models: str, variant_spec: str, nproc_spec: str, repeats: int, steps: int,
+          warmup_steps: int, global_batch: int, backend: str, overhead: bool, out: Path,
+          json_file: Path | None, csv_file: Path | None, markdown: bool,
+          html_file: str | None, quiet: bool) -> None:
+    """Seed 000's scaling benchmark: step and epoch time, communication time of the blocking
+    variants, throughput, speedup, scaling efficiency and Amdahl's parallel fraction."""
+    from . import bench as benching
+    from .record import RecordOptions
+    from .record.launcher import parse_variants, validate
+
+    model_list = [m.strip() for m in models.split(",") if m.strip()]
+    variants = parse_variants(variant_spec)
+    counts = benching.parse_counts(nproc_spec)
+    base = RecordOptions(variants=variants, model=model_list[0], nproc=max(counts),
+                         steps=steps, global_batch=global_batch, backend=backend, out=out,
+                         quiet=quiet, profile=False)
+    for model in model_list:  # every configuration is checked before the first run
+        validate(RecordOptions(**{**base.__dict__, "model": model}))
+    rows = benching.bench(model_list, variants, counts, base, repeats, warmup_steps, overhead)
+    render = table.to_markdown if markdown else table.to_text
+    click.echo(render(rows, BENCH_COLUMNS), nl=False)
+    _write_text(json_file or out / "bench.json", table.to_json(rows, "ddpprof.bench"))
+    if csv_file:
+        _write_text(csv_file, table.to_csv(rows, BENCH_COLUMNS))
+    if html_file is not None:
+        from .report.html import render_page, speedup_figure, throughput_figure
+
+        target = Path(html_file) if html_file else Path("reports") / "bench.html"
+        intro = [f"{repeats} interleaved repeats, unprofiled, the first {warmup_steps} steps of "
+                 f"each run left out; global batch {global_batch}. Step time is the median "
+                 "over steps, then the min and median over repeats."]
+        _write_text(target, render_page("ddpprof bench", intro,
+                                        [(c, c) for c in BENCH_COLUMNS], rows,
+                                        [speedup_figure(rows), throughput_figure(rows)]))
+        click.echo(f"report: {target}", err=True)
+
+
 SWEEP_COLUMNS = ["variant", "bucket_cap_mb", "status", "buckets", "step_ms", "samples_per_s",
                  "overlap_pct", "all_reduce_calls_per_step", "exposed_comm_ms_per_step"]
 

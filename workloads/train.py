@@ -8,7 +8,6 @@ A rank that fails writes ``.errors/rank<r>.json`` first, so the launcher can nam
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import platform
 import sys
@@ -57,18 +56,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wait", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--active", type=int, default=3)
+    parser.add_argument("--no-profile", dest="profile", action="store_false",
+                        help="time the steps without torch.profiler")
     parser.add_argument("--out", type=Path, required=True, help="the run folder")
     return parser.parse_args(argv)
 
 
 class StepClock:
-    """Step wall times without a host sync per step: CUDA events on GPU, read after the loop."""
+    """Intervals bracketed by ``start``/``stop``, without a host sync per step: CUDA events on
+    GPU (read after the loop), ``perf_counter`` on CPU."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.marks: list = []
 
-    def mark(self) -> None:
+    def _mark(self) -> None:
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
@@ -76,25 +78,32 @@ class StepClock:
         else:
             self.marks.append(time.perf_counter())
 
+    start = stop = _mark
+
     def durations_s(self) -> list[float]:
+        starts, stops = self.marks[0::2], self.marks[1::2]
         if self.cuda:
             torch.cuda.synchronize()
-            return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(self.marks)]
-        return [b - a for a, b in itertools.pairwise(self.marks)]
+            return [a.elapsed_time(b) / 1e3 for a, b in zip(starts, stops, strict=True)]
+        return [b - a for a, b in zip(starts, stops, strict=True)]
 
 
 def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSource, *,
           steps: int, global_batch: int, grad_accum: int, rank: int, world_size: int,
           device: torch.device, clock: StepClock | None = None,
+          sync_clock: StepClock | None = None,
           on_step_end=lambda step: None) -> list[torch.Tensor]:
     """Run ``steps`` optimizer steps; return each step's local loss (a detached tensor, so the
-    loop never waits on the device for it)."""
+    loop never waits on the device for it). ``sync_clock`` brackets each step's
+    ``finish_gradient_sync``: for the blocking variants, that is the communication time."""
     micro_batch = global_batch // grad_accum
     fail_rank, fail_step = _planned_failure()
     losses = []
-    if clock:
-        clock.mark()
     for step in range(steps):
+        # The step's own work only: what ``on_step_end`` does (the profiler exporting a trace,
+        # a progress line) must not land in any step's time.
+        if clock:
+            clock.start()
         if (rank, step) == (fail_rank, fail_step):
             raise RuntimeError(f"injected failure at step {step} ({FAIL_AT_ENV})")
         step_loss = torch.zeros((), device=device)
@@ -107,11 +116,15 @@ def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSour
                 loss = compute_loss(model, batch) / grad_accum
                 loss.backward()
             step_loss += loss.detach()
+        if sync_clock:
+            sync_clock.start()
         model.finish_gradient_sync()
+        if sync_clock:
+            sync_clock.stop()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if clock:
-            clock.mark()
+            clock.stop()
         losses.append(step_loss)
         on_step_end(step)
     return losses
@@ -174,27 +187,31 @@ def run(args: argparse.Namespace) -> None:
                                          repeat=1),
         on_trace_ready=export_trace,
         record_shapes=True,
-    )
+    ) if args.profile else None
 
     def on_step_end(step: int) -> None:
-        profiler.step()
+        if profiler is not None:
+            profiler.step()
         if rank == 0:
             print(f"ddpprof-step {step + 1}/{args.steps}", flush=True)
 
-    clock = StepClock(device)
-    with profiler:
+    clock, sync_clock = StepClock(device), StepClock(device)
+    with profiler if profiler is not None else nullcontext():
         losses = train(model, optimizer, data, steps=args.steps, global_batch=args.global_batch,
                        grad_accum=args.grad_accum, rank=rank, world_size=world_size,
-                       device=device, clock=clock, on_step_end=on_step_end)
+                       device=device, clock=clock, sync_clock=sync_clock,
+                       on_step_end=on_step_end)
 
     # Everything below runs after profiling, so averaging the loss cannot show up in a trace.
     step_losses = torch.stack(losses).float()
     step_times = torch.tensor(clock.durations_s(), dtype=torch.float64, device=device)
+    sync_times = torch.tensor(sync_clock.durations_s(), dtype=torch.float64, device=device)
     devices = [_device_name(device)]
     if distributed:
         dist.all_reduce(step_losses, op=dist.ReduceOp.SUM)
         step_losses /= world_size
         dist.all_reduce(step_times, op=dist.ReduceOp.MAX)  # a step ends when its slowest rank does
+        dist.all_reduce(sync_times, op=dist.ReduceOp.MAX)
         devices = [None] * world_size
         dist.all_gather_object(devices, _device_name(device))
     if rank == 0:
@@ -205,6 +222,7 @@ def run(args: argparse.Namespace) -> None:
             "threads_per_rank": torch.get_num_threads(),
             "allreduces_per_sync": model.allreduces_per_sync(),
             "step_wall_s": step_times.tolist(),
+            "step_sync_s": sync_times.tolist(),
             "step_loss": step_losses.tolist(),
             "seq_len": args.seq_len if info.is_language_model else None,
         })

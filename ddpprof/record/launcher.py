@@ -50,6 +50,7 @@ class RecordOptions:
     seed: int = 0
     timeout_s: float = 300.0
     quiet: bool = False
+    profile: bool = True
 
     def grad_accum_for(self, variant: str) -> int:
         return self.grad_accum or VARIANTS[variant].default_grad_accum
@@ -130,7 +131,8 @@ def validate(opts: RecordOptions) -> None:
         raise UsageError(f"--grad-accum must be at least 1, got {opts.grad_accum}")
     if opts.bucket_cap_mb <= 0:
         raise UsageError(f"--bucket-cap-mb must be positive, got {opts.bucket_cap_mb}")
-    if min(opts.wait, opts.warmup) < 0 or opts.wait + opts.warmup + opts.active > opts.steps:
+    if opts.profile and (min(opts.wait, opts.warmup) < 0
+                         or opts.wait + opts.warmup + opts.active > opts.steps):
         raise UsageError(f"the profiler window (--wait {opts.wait} --warmup {opts.warmup} "
                          f"--active {opts.active}) does not fit in --steps {opts.steps}")
     if opts.nnodes > 1 and not opts.rdzv_endpoint:
@@ -174,6 +176,8 @@ def worker_arguments(opts: RecordOptions, variant: str, run_dir: Path, backend: 
             args += [flag, str(value)]
     if opts.gradient_as_bucket_view:
         args.append("--gradient-as-bucket-view")
+    if not opts.profile:
+        args.append("--no-profile")
     return args
 
 
@@ -240,7 +244,7 @@ def record_one(opts: RecordOptions, variant: str, progress: Progress) -> RunOutc
             "steps": opts.steps, "seed": opts.seed, "lr": opts.lr,
             "data": str(opts.data) if opts.data else "synthetic",
             "profiler": {"wait": opts.wait, "warmup": opts.warmup, "active": opts.active,
-                         "record_shapes": True},
+                         "record_shapes": True} if opts.profile else None,
             "torch_version": _torch_version(),
         },
         "command": torchrun_command(opts, variant, run_dir, backend),
@@ -263,7 +267,8 @@ def record_one(opts: RecordOptions, variant: str, progress: Progress) -> RunOutc
     body["traces"] = sorted(p.name for p in run_dir.glob("rank*.pt.trace.json.gz"))
 
     result_path = run_dir / WORKER_RESULT
-    expected_traces = opts.world_size_for(variant) if opts.nnodes == 1 else None
+    expected_traces = (opts.world_size_for(variant) if opts.profile else 0) \
+        if opts.nnodes == 1 else None
     if process.returncode == 0 and (expected_traces is None
                                     or len(body["traces"]) == expected_traces):
         body["status"] = "complete"
@@ -290,9 +295,10 @@ def _add_measurements(body: dict[str, Any], result: dict[str, Any], opts: Record
     config = body["config"]
     for key in ("parameters", "devices", "threads_per_rank", "allreduces_per_sync", "seq_len"):
         config[key] = result[key]
-    phases = manifest.step_phases(opts.steps, opts.wait, opts.warmup, opts.active)
+    phases = manifest.step_phases(opts.steps, opts.wait, opts.warmup, opts.active, opts.profile)
     body["steps"] = manifest.step_records(result["step_wall_s"], result["step_loss"], phases,
-                                          opts.global_batch, result["seq_len"])
+                                          opts.global_batch, result["seq_len"],
+                                          result.get("step_sync_s"))
     body["throughput"] = manifest.throughput(body["steps"], opts.global_batch, result["seq_len"])
 
 

@@ -14,27 +14,36 @@ MANIFEST_NAME = "run.json"
 SCHEMA_VERSION = 1
 #: Steps whose time stands for training speed: not profiled (wait, after the window), never the
 #: first step, which pays for lazy initialisation.
-UNPROFILED_PHASES = ("wait", "after")
+UNPROFILED_PHASES = ("wait", "after", "unprofiled")
 
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def step_phases(steps: int, wait: int, warmup: int, active: int) -> list[str]:
-    """The profiler schedule's phase of each step (``after`` follows the one active window)."""
+def step_phases(steps: int, wait: int, warmup: int, active: int,
+                profile: bool = True) -> list[str]:
+    """The profiler schedule's phase of each step (``after`` follows the one active window;
+    every step is ``unprofiled`` when the run was not profiled)."""
+    if not profile:
+        return ["unprofiled"] * steps
     phases = ["wait"] * wait + ["warmup"] * warmup + ["active"] * active
     return (phases + ["after"] * steps)[:steps]
 
 
 def step_records(wall_s: list[float], loss: list[float], phases: list[str], global_batch: int,
-                 seq_len: int | None) -> list[dict[str, Any]]:
+                 seq_len: int | None, sync_s: list[float] | None = None) -> list[dict[str, Any]]:
+    """``sync_s``: time in ``finish_gradient_sync`` (all of the communication for the blocking
+    variants, only the final wait for the others)."""
     records = []
-    for step, (seconds, step_loss, phase) in enumerate(zip(wall_s, loss, phases, strict=True)):
+    sync_s = sync_s or [None] * len(wall_s)
+    for step, (seconds, step_loss, phase, sync) in enumerate(
+            zip(wall_s, loss, phases, sync_s, strict=True)):
         records.append({
             "step": step,
             "phase": phase,
             "wall_s": seconds,
+            "sync_s": sync,
             "samples_per_s": global_batch / seconds,
             "tokens_per_s": global_batch * seq_len / seconds if seq_len else None,
             "loss": step_loss,

@@ -226,3 +226,29 @@ def valley_figure(rows: list[dict[str, Any]], default_mb: float) -> go.Figure:
                   annotation_text=f"default {default_mb:g} MB")
     return _layout(fig, "Step time against bucket size", xaxis_type="log",
                    xaxis_title="bucket cap (MB, log scale)", yaxis_title="step time (ms)")
+
+
+def speedup_figure(rows: list[dict[str, Any]]) -> go.Figure:
+    """Speedup against ``single`` by process count: one line per model and variant."""
+    fig = go.Figure()
+    for model, variant in dict.fromkeys((r["model"], r["variant"]) for r in rows):
+        mine = sorted((r for r in rows if (r["model"], r["variant"]) == (model, variant)
+                       and r.get("speedup") is not None), key=lambda r: r["nproc"])
+        if mine:
+            fig.add_trace(go.Scatter(x=[r["nproc"] for r in mine], y=[r["speedup"] for r in mine],
+                                     mode="lines+markers", name=f"{model} {variant}"))
+    counts = sorted({r["nproc"] for r in rows})
+    fig.add_trace(go.Scatter(x=counts, y=counts, mode="lines", name="linear",
+                             line=dict(dash="dot", color="#999")))
+    return _layout(fig, "Speedup against single, by number of processes",
+                   xaxis_title="processes", yaxis_title="speedup")
+
+
+def throughput_figure(rows: list[dict[str, Any]]) -> go.Figure:
+    fig = go.Figure()
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        mine = [r for r in rows if r["variant"] == variant]
+        fig.add_trace(go.Bar(x=[f"{r['model']} x{r['nproc']}" for r in mine],
+                             y=[r["samples_per_s"] for r in mine], name=variant))
+    return _layout(fig, "Throughput (samples/s, median of repeats)", barmode="group",
+                   yaxis_title="samples/s")
