@@ -148,7 +148,7 @@ def _launch_step(trace: RankTrace, steps: np.ndarray) -> np.ndarray:
     return np.where(inside & ~np.isnan(launch), position, -1)
 
 
-def _host_lanes(trace: RankTrace):
+def host_lanes(trace: RankTrace):
     """The compute lane's spans, the wait spans, and the comm lane, as masks."""
     categories = np.array([c in ("cpu_op", "user_annotation") for c in trace.category] or [0])
     host_span = categories[trace.category_id].astype(bool) & (trace.stream == -1)
@@ -166,7 +166,7 @@ def _host_lanes(trace: RankTrace):
 
 
 def _host_metrics(trace: RankTrace, steps: np.ndarray, per_step: bool, timeline: bool):
-    work, waits, comm = _host_lanes(trace)
+    work, waits, comm = host_lanes(trace)
     s, e = trace.start_us, trace.end_us
     wait_set = iv.union(s[waits], e[waits])
     compute_set = iv.subtract(iv.union(s[work], e[work]), wait_set)

@@ -293,6 +293,114 @@ def bench(models: str, variant_spec: str, nproc_spec: str, repeats: int, steps: 
         click.echo(f"report: {target}", err=True)
 
 
+SIMULATE_COLUMNS = ["world_size", "bucket_cap_mb", "buckets", "step_ms", "exposed_comm_ms",
+                    "overlap_pct", "efficiency", "measured_step_ms", "error_pct"]
+
+
+@cli.command()
+@click.argument("run_path", metavar="RUN", type=click.Path(path_type=Path))
+@click.option("--bucket-cap-mb", "sizes_spec", default="1,2,5,10,25,50,100", show_default=True)
+@click.option("--world-size", "world_spec", default=None,
+              help="World sizes to predict, comma-separated [default: the run's, 2, 4, 8].")
+@click.option("--bandwidth-gbps", type=float, help="Use this bandwidth instead of the fit.")
+@click.option("--latency-us", type=float, help="Use this per-call latency instead of the fit.")
+@click.option("--measured", "measured_file", type=click.Path(path_type=Path),
+              help="A `ddpprof sweep --json` file: measured points to compare and draw.")
+@click.option("--json", "json_file", type=click.Path(path_type=Path))
+@click.option("--markdown", is_flag=True)
+@click.option("--html", "html_file", is_flag=False, flag_value="", default=None,
+              metavar="[FILE]", help="Draw the prediction [default FILE: reports/simulate.html].")
+def simulate(run_path: Path, sizes_spec: str, world_spec: str | None,
+             bandwidth_gbps: float | None, latency_us: float | None,
+             measured_file: Path | None, json_file: Path | None, markdown: bool,
+             html_file: str | None) -> None:
+    """Predict step time, exposed communication, overlap and scaling efficiency for other
+    bucket sizes and world sizes, from one recorded run."""
+
+    from . import simulate as sim
+    from .bench import parse_counts
+    from .sweep import DEFAULT_BUCKET_CAP_MB, parse_sizes
+    from .trace.discover import discover, read_manifest
+    from .trace.loader import load
+
+    sizes = parse_sizes(sizes_spec)
+    if (bandwidth_gbps is None) != (latency_us is None):
+        raise UsageError("--bandwidth-gbps and --latency-us go together")
+    if bandwidth_gbps is not None and (bandwidth_gbps <= 0 or latency_us < 0):
+        raise UsageError("--bandwidth-gbps must be positive and --latency-us not negative")
+    [run] = discover([run_path])[:1]
+    trace = load(run.traces[0], workers=1)
+    manifest = read_manifest(run.folder)
+    world = trace.world_size or manifest.get("config", {}).get("world_size") or 1
+    overhead = (manifest.get("throughput") or {}).get("profiler_overhead_ratio")
+    model = sim.step_model(trace, world, overhead)
+    if bandwidth_gbps is not None:
+        cost = sim.CostModel(latency_us, bandwidth_gbps * 1e3, None, 0)
+    else:
+        cost = sim.fit_cost(*sim.collective_samples(trace), world)
+    worlds = parse_counts(world_spec) if world_spec else sorted({world, 2, 4, 8})
+    predictions = [sim.predict(model, cost, size, n) for n in worlds for size in sizes]
+    measured = _measured_steps(measured_file, manifest) if measured_file else {}
+    rows = []
+    for p in predictions:
+        row = {**p.__dict__, "measured_step_ms": measured.get(p.bucket_cap_mb)
+               if p.world_size == world else None}
+        row["error_pct"] = (100 * (p.step_ms - row["measured_step_ms"]) / row["measured_step_ms"]
+                            if row["measured_step_ms"] else None)
+        rows.append(row)
+    fit = ("given" if cost.r2 is None else f"fitted on {cost.samples} collectives, "
+           f"R² = {cost.r2:.3f}")
+    click.echo(f"cost model: α = {cost.alpha_us:.1f} µs, β = {cost.beta_bytes_per_us / 1e3:.3f} "
+               f"GB/s on ring traffic ({fit}); step model from {run.traces[0].name}: "
+               f"forward {model.pre_us / 1e3:.2f} ms, backward {model.backward_us / 1e3:.2f} ms, "
+               f"optimizer {model.post_us / 1e3:.2f} ms, {len(model.grads)} gradients, "
+               f"world size {world}")
+    render = table.to_markdown if markdown else table.to_text
+    click.echo(render(rows, SIMULATE_COLUMNS), nl=False)
+    for n, top in sim.best(predictions).items():
+        default = next((p for p in predictions if p.world_size == n
+                        and p.bucket_cap_mb == DEFAULT_BUCKET_CAP_MB), None)
+        gap = (f"; the default {DEFAULT_BUCKET_CAP_MB:g} MB is "
+               f"{100 * (default.step_ms / top.step_ms - 1):.1f}% slower" if default else "")
+        click.echo(f"world size {n}: best predicted bucket {top.bucket_cap_mb:g} MB, "
+                   f"{top.step_ms:.2f} ms{gap}")
+    error = sim.median_error_pct([(r["step_ms"], r["measured_step_ms"]) for r in rows
+                                  if r["measured_step_ms"]])
+    if error is not None:
+        click.echo(f"measured points: median |error| {error:.1f}%")
+    if json_file:
+        _write_text(json_file, table.dumps({
+            "schema": "ddpprof.simulate", "version": 1, "rows": rows,
+            "cost": {"alpha_us": cost.alpha_us, "beta_gbps": cost.beta_bytes_per_us / 1e3,
+                     "r2": cost.r2, "samples": cost.samples}}))
+    if html_file is not None:
+        from .report.html import prediction_figure, render_page
+
+        target = Path(html_file) if html_file else Path("reports") / "simulate.html"
+        _write_text(target, render_page(
+            "ddpprof simulate", [f"Calibrated from {run.folder}: cost model {fit}."],
+            [(c, c) for c in SIMULATE_COLUMNS], rows,
+            [prediction_figure(rows, DEFAULT_BUCKET_CAP_MB)]))
+        click.echo(f"report: {target}", err=True)
+
+
+
+def _measured_steps(path: Path, manifest: dict) -> dict[float, float]:
+    """Measured step ms by bucket size from a sweep file: its bucket_ddp_async rows (what the
+    replay models), else the run's own variant's."""
+    import json
+
+    try:
+        rows = json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{path}: not a `ddpprof sweep --json` file ({error})") from None
+    variants = {r.get("variant") for r in rows}
+    variant = ("bucket_ddp_async" if "bucket_ddp_async" in variants
+               else manifest.get("config", {}).get("variant"))
+    return {float(r["bucket_cap_mb"]): r["step_ms"] for r in rows
+            if r.get("step_ms") and r.get("variant") == variant}
+
+
 SWEEP_COLUMNS = ["variant", "bucket_cap_mb", "status", "buckets", "step_ms", "samples_per_s",
                  "overlap_pct", "all_reduce_calls_per_step", "exposed_comm_ms_per_step"]
 

@@ -252,3 +252,23 @@ def throughput_figure(rows: list[dict[str, Any]]) -> go.Figure:
                              y=[r["samples_per_s"] for r in mine], name=variant))
     return _layout(fig, "Throughput (samples/s, median of repeats)", barmode="group",
                    yaxis_title="samples/s")
+
+
+def prediction_figure(rows: list[dict[str, Any]], default_mb: float) -> go.Figure:
+    """Predicted step time against bucket size per world size, measured points on top."""
+    fig = go.Figure()
+    for n in dict.fromkeys(r["world_size"] for r in rows):
+        mine = [r for r in rows if r["world_size"] == n]
+        fig.add_trace(go.Scatter(x=[r["bucket_cap_mb"] for r in mine],
+                                 y=[r["step_ms"] for r in mine], mode="lines+markers",
+                                 name=f"predicted, {n} ranks"))
+    measured = [r for r in rows if r.get("measured_step_ms")]
+    if measured:
+        fig.add_trace(go.Scatter(x=[r["bucket_cap_mb"] for r in measured],
+                                 y=[r["measured_step_ms"] for r in measured], mode="markers",
+                                 marker=dict(size=11, symbol="x", color="black"),
+                                 name=f"measured, {measured[0]['world_size']} ranks"))
+    fig.add_vline(x=default_mb, line_dash="dash", line_color="#888",
+                  annotation_text=f"default {default_mb:g} MB")
+    return _layout(fig, "Predicted step time against bucket size", xaxis_type="log",
+                   xaxis_title="bucket cap (MB, log scale)", yaxis_title="step time (ms)")

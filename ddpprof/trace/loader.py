@@ -78,6 +78,8 @@ _RAW_ARRAY_DECODER = msgspec.json.Decoder(msgspec.Raw)
 #: Events are decoded in slices of about this many bytes, so that only one slice's Python
 #: objects exist at a time: memory stays near the file's size however many events it has.
 SLICE_BYTES = 16 * 1024 * 1024
+#: The autograd op that finishes a parameter's gradient: where its post-accumulate hook fires.
+GRAD_READY = "torch::autograd::AccumulateGrad"
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -110,6 +112,7 @@ class RankTrace:
     stream: np.ndarray            # int64, -1 for host events
     correlation: np.ndarray       # int64, -1 when absent
     comm_args: dict[int, CommArgs] = field(default_factory=dict)  # by event index
+    grad_bytes: dict[int, int] = field(default_factory=dict)  # AccumulateGrad: its gradient
 
     @property
     def n_events(self) -> int:
@@ -236,6 +239,7 @@ class _Columns:
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in (
             "ts", "dur", "name", "category", "pid", "tid", "stream", "correlation")}
         self.comm_args: dict[int, CommArgs] = {}
+        self.grad_bytes: dict[int, int] = {}
         self.name_is_comm: list[bool] = []
         self.ts_is_float = False
         self.count = 0
@@ -276,6 +280,12 @@ class _Columns:
         declared = np.array([a.collective is not None for a in args], dtype=bool)
         comm = np.flatnonzero(declared | np.array(self.name_is_comm, dtype=bool)[names])
         self.comm_args.update((self.count + int(i), _comm_args(args[i])) for i in comm)
+        grad_code = self.names.get(GRAD_READY)
+        if grad_code is not None:
+            for i in np.flatnonzero(names == grad_code):
+                size = _bytes_from_shapes(args[i])
+                if size is not None:
+                    self.grad_bytes[self.count + int(i)] = size
         for key, values in columns.items():
             self.parts[key].append(values)
         self.count += len(events)
@@ -297,6 +307,7 @@ class _Columns:
         for key, arrays in other.parts.items():
             self.parts[key] += [remap[key][a] for a in arrays] if key in remap else arrays
         self.comm_args.update((self.count + i, args) for i, args in other.comm_args.items())
+        self.grad_bytes.update((self.count + i, size) for i, size in other.grad_bytes.items())
         self.thread_names.update(other.thread_names)
         self.ts_is_float = self.ts_is_float or other.ts_is_float
         self.count += other.count
@@ -395,7 +406,7 @@ def load(path: Path, workers: int = 1) -> RankTrace:
         category_id=columns.column("category"), start_us=start, end_us=end,
         thread_id=thread_id, threads=threads, thread_names=columns.thread_names,
         stream=columns.column("stream"), correlation=columns.column("correlation"),
-        comm_args=columns.comm_args)
+        comm_args=columns.comm_args, grad_bytes=columns.grad_bytes)
 
 
 def _pair_threads(columns: _Columns) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
