@@ -80,6 +80,13 @@ def test_bad_input(args, message, tmp_path, ddpprof_cli):
     assert result.returncode == 2 and message in result.stderr
 
 
+def test_a_run_without_a_trace(tmp_path, ddpprof_cli):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.json").write_text("{}")
+    result = ddpprof_cli("simulate", str(tmp_path / "run"))
+    assert result.returncode == 2 and "no trace files" in result.stderr
+
+
 def test_a_run_without_collectives_cannot_calibrate(tmp_path, ddpprof_cli):
     events = [step(0, 0, 1000), step(1, 1000, 2000),
               span("torch::autograd::AccumulateGrad", 350, 400,
