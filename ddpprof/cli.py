@@ -320,41 +320,20 @@ def simulate(run_path: Path, sizes_spec: str, world_spec: str | None,
     from . import simulate as sim
     from .bench import parse_counts
     from .sweep import DEFAULT_BUCKET_CAP_MB, parse_sizes
-    from .trace.discover import discover, read_manifest
-    from .trace.loader import load
 
-    sizes = parse_sizes(sizes_spec)
     if (bandwidth_gbps is None) != (latency_us is None):
         raise UsageError("--bandwidth-gbps and --latency-us go together")
-    if bandwidth_gbps is not None and (bandwidth_gbps <= 0 or latency_us < 0):
-        raise UsageError("--bandwidth-gbps must be positive and --latency-us not negative")
-    [run] = discover([run_path])[:1]
-    trace = load(run.traces[0], workers=1)
-    manifest = read_manifest(run.folder)
-    world = trace.world_size or manifest.get("config", {}).get("world_size") or 1
-    overhead = (manifest.get("throughput") or {}).get("profiler_overhead_ratio")
-    model = sim.step_model(trace, world, overhead)
-    if bandwidth_gbps is not None:
-        cost = sim.CostModel(latency_us, bandwidth_gbps * 1e3, None, 0)
-    else:
-        cost = sim.fit_cost(*sim.collective_samples(trace), world)
-    worlds = parse_counts(world_spec) if world_spec else sorted({world, 2, 4, 8})
-    predictions = [sim.predict(model, cost, size, n) for n in worlds for size in sizes]
-    measured = _measured_steps(measured_file, manifest) if measured_file else {}
-    rows = []
-    for p in predictions:
-        row = {**p.__dict__, "measured_step_ms": measured.get(p.bucket_cap_mb)
-               if p.world_size == world else None}
-        row["error_pct"] = (100 * (p.step_ms - row["measured_step_ms"]) / row["measured_step_ms"]
-                            if row["measured_step_ms"] else None)
-        rows.append(row)
+    result = sim.simulate_run(run_path, parse_sizes(sizes_spec),
+                              parse_counts(world_spec) if world_spec else None,
+                              bandwidth_gbps, latency_us, measured_file)
+    cost, model, rows, predictions = result.cost, result.model, result.rows, result.predictions
     fit = ("given" if cost.r2 is None else f"fitted on {cost.samples} collectives, "
            f"R² = {cost.r2:.3f}")
     click.echo(f"cost model: α = {cost.alpha_us:.1f} µs, β = {cost.beta_bytes_per_us / 1e3:.3f} "
-               f"GB/s on ring traffic ({fit}); step model from {run.traces[0].name}: "
+               f"GB/s on ring traffic ({fit}); step model from {result.trace_name}: "
                f"forward {model.pre_us / 1e3:.2f} ms, backward {model.backward_us / 1e3:.2f} ms, "
                f"optimizer {model.post_us / 1e3:.2f} ms, {len(model.grads)} gradients, "
-               f"world size {world}")
+               f"world size {model.world_size}")
     render = table.to_markdown if markdown else table.to_text
     click.echo(render(rows, SIMULATE_COLUMNS), nl=False)
     for n, top in sim.best(predictions).items():
@@ -378,27 +357,11 @@ def simulate(run_path: Path, sizes_spec: str, world_spec: str | None,
 
         target = Path(html_file) if html_file else Path("reports") / "simulate.html"
         _write_text(target, render_page(
-            "ddpprof simulate", [f"Calibrated from {run.folder}: cost model {fit}."],
+            "ddpprof simulate", [f"Calibrated from {run_path}: cost model {fit}."],
             [(c, c) for c in SIMULATE_COLUMNS], rows,
             [prediction_figure(rows, DEFAULT_BUCKET_CAP_MB)]))
         click.echo(f"report: {target}", err=True)
 
-
-
-def _measured_steps(path: Path, manifest: dict) -> dict[float, float]:
-    """Measured step ms by bucket size from a sweep file: its bucket_ddp_async rows (what the
-    replay models), else the run's own variant's."""
-    import json
-
-    try:
-        rows = json.loads(path.read_text())["rows"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"{path}: not a `ddpprof sweep --json` file ({error})") from None
-    variants = {r.get("variant") for r in rows}
-    variant = ("bucket_ddp_async" if "bucket_ddp_async" in variants
-               else manifest.get("config", {}).get("variant"))
-    return {float(r["bucket_cap_mb"]): r["step_ms"] for r in rows
-            if r.get("step_ms") and r.get("variant") == variant}
 
 
 SWEEP_COLUMNS = ["variant", "bucket_cap_mb", "status", "buckets", "step_ms", "samples_per_s",

@@ -14,15 +14,18 @@ lane can hide behind; the profiler's overhead is divided out with the run's meas
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from .analysis import host_lanes
 from .errors import UsageError
 from .trace import classify
-from .trace.loader import GRAD_READY, RankTrace
+from .trace.discover import discover, read_manifest
+from .trace.loader import GRAD_READY, RankTrace, load
 
 
 @dataclass(frozen=True)
@@ -166,3 +169,53 @@ def median_error_pct(pairs: list[tuple[float, float]]) -> float | None:
     """Median of |predicted − measured| / measured over (predicted, measured) pairs, in %."""
     errors = [abs(p - m) / m * 100 for p, m in pairs if m]
     return statistics.median(errors) if errors else None
+
+
+@dataclass(frozen=True)
+class Simulation:
+    trace_name: str
+    model: StepModel
+    cost: CostModel
+    predictions: list[Prediction]
+    rows: list[dict]                   # predictions, with measured points where there are
+
+
+def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] | None,
+                 bandwidth_gbps: float | None, latency_us: float | None,
+                 measured_file: Path | None) -> Simulation:
+    """Calibrate on ``run_path``'s first rank trace, and predict every combination."""
+    if bandwidth_gbps is not None and (bandwidth_gbps <= 0 or (latency_us or 0) < 0):
+        raise UsageError("--bandwidth-gbps must be positive and --latency-us not negative")
+    run = discover([run_path])[0]
+    trace = load(run.traces[0], workers=1)
+    manifest = read_manifest(run.folder)
+    world = trace.world_size or manifest.get("config", {}).get("world_size") or 1
+    overhead = (manifest.get("throughput") or {}).get("profiler_overhead_ratio")
+    model = step_model(trace, world, overhead)
+    if bandwidth_gbps is not None:
+        cost = CostModel(latency_us or 0.0, bandwidth_gbps * 1e3, None, 0)
+    else:
+        cost = fit_cost(*collective_samples(trace), world)
+    worlds = world_sizes or sorted({world, 2, 4, 8})
+    predictions = [predict(model, cost, size, n) for n in worlds for size in sizes_mb]
+    measured = measured_steps(measured_file, manifest) if measured_file else {}
+    rows = []
+    for p in predictions:
+        observed = measured.get(p.bucket_cap_mb) if p.world_size == world else None
+        rows.append({**p.__dict__, "measured_step_ms": observed,
+                     "error_pct": 100 * (p.step_ms - observed) / observed if observed else None})
+    return Simulation(run.traces[0].name, model, cost, predictions, rows)
+
+
+def measured_steps(path: Path, manifest: dict) -> dict[float, float]:
+    """Measured step ms by bucket size from a sweep file: its bucket_ddp_async rows (what the
+    replay models), else the run's own variant's."""
+    try:
+        rows = json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{path}: not a `ddpprof sweep --json` file ({error})") from None
+    variants = {r.get("variant") for r in rows}
+    variant = ("bucket_ddp_async" if "bucket_ddp_async" in variants
+               else manifest.get("config", {}).get("variant"))
+    return {float(r["bucket_cap_mb"]): r["step_ms"] for r in rows
+            if r.get("step_ms") and r.get("variant") == variant}

@@ -98,7 +98,8 @@ def test_a_run_without_collectives_cannot_calibrate(tmp_path, ddpprof_cli):
 
 @pytest.mark.slow
 def test_simulate_a_recorded_run(tmp_path, ddpprof_cli):
-    recorded = ddpprof_cli("record", "--variant", "simple_ddp", "--model", "mlp-tiny",
+    # mlp-small: gradients from 40 B to 3.2 MB, so the fit sees time grow with size
+    recorded = ddpprof_cli("record", "--variant", "simple_ddp", "--model", "mlp-small",
                            "--global-batch", "32", "--out", str(tmp_path))
     assert recorded.returncode == 0, recorded.stderr
     result = ddpprof_cli("simulate", str(tmp_path / "simple_ddp"), "--bucket-cap-mb",
@@ -108,7 +109,7 @@ def test_simulate_a_recorded_run(tmp_path, ddpprof_cli):
     assert "cost model: α =" in result.stdout and "fitted on 24 collectives" in result.stdout
     rows = json.loads((tmp_path / "s.json").read_text())["rows"]
     assert [(r["world_size"], r["bucket_cap_mb"], r["buckets"]) for r in rows] == [
-        (2, 0.005, 3), (2, 25.0, 1), (4, 0.005, 3), (4, 25.0, 1)]
+        (2, 0.005, 4), (2, 25.0, 1), (4, 0.005, 4), (4, 25.0, 1)]
     assert all(r["step_ms"] > 0 and r["efficiency"] > 0 for r in rows)
     assert "best predicted bucket" in result.stdout
     assert 'data-figures="1"' in (tmp_path / "s.html").read_text()
