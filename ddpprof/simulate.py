@@ -187,8 +187,12 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     if bandwidth_gbps is not None and (bandwidth_gbps <= 0 or (latency_us or 0) < 0):
         raise UsageError("--bandwidth-gbps must be positive and --latency-us not negative")
     run = discover([run_path])[0]
-    trace = load(run.traces[0], workers=1)
     manifest = read_manifest(run.folder)
+    accumulation = manifest.get("config", {}).get("grad_accum", 1)
+    if accumulation != 1:
+        raise UsageError(f"{run.folder}: recorded with --grad-accum {accumulation}; the replay "
+                         "models one backward per step, so record with --grad-accum 1")
+    trace = load(run.traces[0], workers=1)
     world = trace.world_size or manifest.get("config", {}).get("world_size") or 1
     overhead = (manifest.get("throughput") or {}).get("profiler_overhead_ratio")
     model = step_model(trace, world, overhead)

@@ -19,6 +19,8 @@ CASES = {
     "bad option value": (["--nproc", "two"], "'two' is not a valid integer"),
     "missing data file": (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such data file"),
     "not a checkpoint": (["--model-path", "."], "not a Hugging Face checkpoint folder"),
+    "sequence longer than the model": (["--model", "smollm2-tiny", "--seq-len", "4096"],
+                                       "longer than smollm2-tiny's 512 positions"),
     "single across nodes": (["--variant", "single", "--nnodes", "2", "--rdzv-endpoint",
                              "127.0.0.1:1"], "cannot span --nnodes > 1"),
 }

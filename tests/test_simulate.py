@@ -80,6 +80,13 @@ def test_bad_input(args, message, tmp_path, ddpprof_cli):
     assert result.returncode == 2 and message in result.stderr
 
 
+def test_a_run_with_gradient_accumulation_is_refused(tmp_path, ddpprof_cli):
+    write_trace(tmp_path / "run" / "rank0.json", [step(0, 0, 10), span("aten::mm", 1, 2)])
+    (tmp_path / "run" / "run.json").write_text(json.dumps({"config": {"grad_accum": 2}}))
+    result = ddpprof_cli("simulate", str(tmp_path / "run"))
+    assert result.returncode == 2 and "record with --grad-accum 1" in result.stderr
+
+
 def test_a_run_without_a_trace(tmp_path, ddpprof_cli):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "run.json").write_text("{}")

@@ -110,11 +110,15 @@ def resolve_backend(requested: str) -> str:
 
 
 def validate(opts: RecordOptions) -> None:
-    from workloads.models import MODEL_NAMES
+    from workloads.models import MODEL_NAMES, SMOLLM2_CONFIGS
 
     if opts.model_path is None and opts.model not in MODEL_NAMES:
         raise UsageError(f"unknown model {opts.model!r} (choose from {', '.join(MODEL_NAMES)}, "
                          "or give --model-path)")
+    positions = SMOLLM2_CONFIGS.get(opts.model, {}).get("max_position_embeddings")
+    if opts.model_path is None and positions and opts.seq_len > positions:
+        raise UsageError(f"--seq-len {opts.seq_len} is longer than {opts.model}'s "
+                         f"{positions} positions")
     if opts.model_path is not None and not (opts.model_path / "config.json").is_file():
         raise UsageError(f"{opts.model_path}: not a Hugging Face checkpoint folder "
                          "(no config.json)")
