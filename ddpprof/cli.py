@@ -21,6 +21,21 @@ RECORD_COLUMNS = ["run", "variant", "status", "ranks", "grad_accum", "step_ms", 
                   "allreduces_per_step", "folder"]
 
 
+def _html_option(default_file: str):
+    return click.option("--html", "html_file", is_flag=False, flag_value="", default=None,
+                        metavar="[FILE]",
+                        help=f"Write the self-contained HTML page [default FILE: {default_file}].")
+
+
+_QUIET_OPTION = click.option("--quiet", is_flag=True,
+                             help="No progress display (also under CI=true).")
+_MARKDOWN_OPTION = click.option("--markdown", is_flag=True, help="Print the table as Markdown.")
+_CSV_OPTION = click.option("--csv", "csv_file", type=click.Path(path_type=Path),
+                           help="Write the table as CSV.")
+_JSON_OPTION = click.option("--json", "json_file", type=click.Path(path_type=Path),
+                            help="Write the table as JSON.")
+
+
 @click.group()
 @click.version_option(__version__, prog_name="ddpprof")
 def cli() -> None:
@@ -60,12 +75,10 @@ def cli() -> None:
 @click.option("--seed", default=0, show_default=True)
 @click.option("--timeout-s", default=300.0, show_default=True,
               help="Process-group timeout: a rank stuck this long in a collective fails.")
-@click.option("--quiet", is_flag=True, help="No progress display (also under CI=true).")
-@click.option("--json", "json_file", type=click.Path(path_type=Path),
-              help="Write the summary table as JSON.")
-@click.option("--csv", "csv_file", type=click.Path(path_type=Path),
-              help="Write the summary table as CSV.")
-@click.option("--markdown", is_flag=True, help="Print the summary table as Markdown.")
+@_QUIET_OPTION
+@_JSON_OPTION
+@_CSV_OPTION
+@_MARKDOWN_OPTION
 def record(variant_spec: str, json_file: Path | None, csv_file: Path | None, markdown: bool,
            **options) -> None:
     """Record training runs through torchrun: one Chrome trace per rank and a run.json each."""
@@ -92,17 +105,15 @@ def record(variant_spec: str, json_file: Path | None, csv_file: Path | None, mar
               help="Write every metric, per run and per rank (the gate's input).")
 @click.option("--csv", "csv_file", type=click.Path(path_type=Path),
               help="Write the per-run table, all columns, as CSV.")
-@click.option("--markdown", is_flag=True, help="Print the table as Markdown.")
+@_MARKDOWN_OPTION
 @click.option("--per-step", is_flag=True, help="Also break each ProfilerStep down.")
 @click.option("--engine", type=click.Choice(["native", "hta"]), default="native",
               show_default=True, help="hta: HolisticTraceAnalysis computes the GPU shares.")
 @click.option("--keep-last-step", is_flag=True,
               help="Analyze the last ProfilerStep too (HTA drops it by default).")
 @click.option("--jobs", type=click.IntRange(min=1), help="Ranks analyzed in parallel.")
-@click.option("--quiet", is_flag=True, help="No progress display (also under CI=true).")
-@click.option("--html", "html_file", is_flag=False, flag_value="", default=None,
-              metavar="[FILE]", help="Write the HTML comparison report [default FILE: "
-                                     "reports/<name>.html].")
+@_QUIET_OPTION
+@_html_option("reports/<name>.html")
 def analyze(paths: tuple[Path, ...], json_file: Path | None, csv_file: Path | None,
             markdown: bool, per_step: bool, engine: str, keep_last_step: bool,
             jobs: int | None, quiet: bool, html_file: str | None) -> None:
@@ -251,11 +262,10 @@ BENCH_COLUMNS = ["model", "variant", "nproc", "step_ms_min", "step_ms_median", "
 @click.option("--out", type=click.Path(path_type=Path), default=Path("bench"), show_default=True)
 @click.option("--json", "json_file", type=click.Path(path_type=Path),
               help="[default: <out>/bench.json]")
-@click.option("--csv", "csv_file", type=click.Path(path_type=Path))
-@click.option("--markdown", is_flag=True)
-@click.option("--html", "html_file", is_flag=False, flag_value="", default=None,
-              metavar="[FILE]", help="Write the charts [default FILE: reports/bench.html].")
-@click.option("--quiet", is_flag=True, help="No progress display (also under CI=true).")
+@_CSV_OPTION
+@_MARKDOWN_OPTION
+@_html_option("reports/bench.html")
+@_QUIET_OPTION
 def bench(models: str, variant_spec: str, nproc_spec: str, repeats: int, steps: int,
           warmup_steps: int, global_batch: int, backend: str, overhead: bool, out: Path,
           json_file: Path | None, csv_file: Path | None, markdown: bool,
@@ -306,10 +316,9 @@ SIMULATE_COLUMNS = ["world_size", "bucket_cap_mb", "buckets", "step_ms", "expose
 @click.option("--latency-us", type=float, help="Use this per-call latency instead of the fit.")
 @click.option("--measured", "measured_file", type=click.Path(path_type=Path),
               help="A `ddpprof sweep --json` file: measured points to compare and draw.")
-@click.option("--json", "json_file", type=click.Path(path_type=Path))
-@click.option("--markdown", is_flag=True)
-@click.option("--html", "html_file", is_flag=False, flag_value="", default=None,
-              metavar="[FILE]", help="Draw the prediction [default FILE: reports/simulate.html].")
+@_JSON_OPTION
+@_MARKDOWN_OPTION
+@_html_option("reports/simulate.html")
 def simulate(run_path: Path, sizes_spec: str, world_spec: str | None,
              bandwidth_gbps: float | None, latency_us: float | None,
              measured_file: Path | None, json_file: Path | None, markdown: bool,
@@ -381,12 +390,11 @@ SWEEP_COLUMNS = ["variant", "bucket_cap_mb", "status", "buckets", "step_ms", "sa
               show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("sweep"),
               show_default=True)
-@click.option("--html", "html_file", is_flag=False, flag_value="", default=None,
-              metavar="[FILE]", help="Write the valley chart [default FILE: reports/sweep.html].")
-@click.option("--json", "json_file", type=click.Path(path_type=Path))
-@click.option("--csv", "csv_file", type=click.Path(path_type=Path))
-@click.option("--markdown", is_flag=True)
-@click.option("--quiet", is_flag=True, help="No progress display (also under CI=true).")
+@_html_option("reports/sweep.html")
+@_JSON_OPTION
+@_CSV_OPTION
+@_MARKDOWN_OPTION
+@_QUIET_OPTION
 def sweep(variant_spec: str, sizes_spec: str, model: str, nproc: int, steps: int,
           global_batch: int, backend: str, out: Path, html_file: str | None,
           json_file: Path | None, csv_file: Path | None, markdown: bool, quiet: bool) -> None:
