@@ -8,8 +8,6 @@ import json
 from importlib import resources
 from typing import Any
 
-import jinja2
-
 Row = dict[str, Any]
 
 
@@ -21,7 +19,9 @@ def format_cell(value: Any) -> str:
     return str(value)
 
 
-def _environment() -> jinja2.Environment:
+def _environment():
+    import jinja2  # only the Markdown rendering needs it: keep it off the CLI's start-up
+
     loader = jinja2.FunctionLoader(
         lambda name: resources.files("ddpprof").joinpath("templates", name).read_text())
     environment = jinja2.Environment(loader=loader, autoescape=False, keep_trailing_newline=True)
