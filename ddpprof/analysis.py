@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -62,6 +62,14 @@ class Analysis:
     errors: list[dict[str, str]]    # {"run", "error"} for runs that could not be analyzed
 
 
+class _Metrics(NamedTuple):
+    breakdown: Breakdown
+    collectives: dict[str, CollectiveStats]
+    per_step: list[dict[str, Any]]
+    kind: str
+    timeline: dict[str, Any] | None
+
+
 def step_names_in(trace: RankTrace) -> set[str]:
     index, _ = classify.profiler_steps(trace)
     return {trace.names[i] for i in trace.name_id[index]}
@@ -77,17 +85,17 @@ def analyze_trace(trace: RankTrace, drop_last_step: bool, per_step: bool = False
                                      "and call profiler.step())")
     analyzed = step_index[:-1] if drop_last_step else step_index
     if classify.has_device_events(trace):
-        result = _device_metrics(trace, drop_last_step, analyzed, per_step, timeline)
+        metrics = _device_metrics(trace, drop_last_step, analyzed, per_step, timeline)
     else:
-        result = _host_metrics(trace, analyzed, per_step, timeline)
-    breakdown = result[0]
-    if breakdown.window_us <= 0:
+        metrics = _host_metrics(trace, analyzed, per_step, timeline)
+    if metrics.breakdown.window_us <= 0:
         raise TraceError(trace.path, "nothing in the analyzed window (no events between the "
                                      "first and the last analyzed ProfilerStep)")
     return RankResult(path=str(trace.path), rank=trace.rank, world_size=trace.world_size,
-                      backend=trace.backend, kind=result[3], steps=int(analyzed.size),
-                      total_steps=int(step_index.size), breakdown=breakdown,
-                      collectives=result[1], per_step=result[2], timeline=result[4])
+                      backend=trace.backend, kind=metrics.kind, steps=int(analyzed.size),
+                      total_steps=int(step_index.size), breakdown=metrics.breakdown,
+                      collectives=metrics.collectives, per_step=metrics.per_step,
+                      timeline=metrics.timeline)
 
 
 def _collectives(trace: RankTrace, chosen: np.ndarray) -> dict[str, CollectiveStats]:
@@ -125,7 +133,7 @@ def _device_metrics(trace: RankTrace, drop_last_step: bool, steps: np.ndarray, p
                 lanes = _lanes(trace, step, origin, finish,
                                iv.union(start[mine & is_compute], end[mine & is_compute]),
                                comm_index)
-    return breakdown, collectives, rows, "gpu", lanes
+    return _Metrics(breakdown, collectives, rows, "gpu", lanes)
 
 
 def _launch_step(trace: RankTrace, steps: np.ndarray) -> np.ndarray:
@@ -172,8 +180,8 @@ def _host_metrics(trace: RankTrace, steps: np.ndarray, per_step: bool, timeline:
     compute_set = iv.subtract(iv.union(s[work], e[work]), wait_set)
     comm_set = iv.union(s[comm], e[comm])
     window = iv.union(s[steps], e[steps])
-    if window[0].size == 0 or not _any_inside(s[work | waits | comm], e[work | waits | comm],
-                                              window):
+    activity = iv.merge(iv.merge(compute_set, wait_set), comm_set)
+    if window[0].size == 0 or iv.length(iv.intersect(activity, window)) == 0:
         raise TraceError(trace.path, "nothing in the analyzed window (no events inside the "
                                      "analyzed ProfilerSteps)")
     breakdown = host_breakdown(window, compute_set, comm_set, wait_set)
@@ -189,7 +197,7 @@ def _host_metrics(trace: RankTrace, steps: np.ndarray, per_step: bool, timeline:
         inside = np.flatnonzero(comm & (s < hi) & (e > lo))
         step_compute = iv.intersect(compute_set, iv.union(s[[step]], e[[step]]))
         lanes = _lanes(trace, step, lo, hi, step_compute, inside)
-    return breakdown, collectives, rows, "cpu", lanes
+    return _Metrics(breakdown, collectives, rows, "cpu", lanes)
 
 
 def _lanes(trace: RankTrace, step: int, origin: float, finish: float, compute: iv.Intervals,
@@ -207,10 +215,6 @@ def _lanes(trace: RankTrace, step: int, origin: float, finish: float, compute: i
     return {"step": trace.names[trace.name_id[step]], "window_us": float(finish - origin),
             "compute": np.stack([compute[0] - origin, compute[1] - origin], axis=1).tolist(),
             "comm": bars}
-
-
-def _any_inside(start: np.ndarray, end: np.ndarray, window: iv.Intervals) -> bool:
-    return iv.length(iv.intersect(iv.union(start, end), window)) > 0
 
 
 def _step_row(trace: RankTrace, step: int, breakdown: Breakdown) -> dict[str, Any]:

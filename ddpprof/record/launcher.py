@@ -271,10 +271,10 @@ def record_one(opts: RecordOptions, variant: str, progress: Progress) -> RunOutc
     body["traces"] = sorted(p.name for p in run_dir.glob("rank*.pt.trace.json.gz"))
 
     result_path = run_dir / WORKER_RESULT
-    expected_traces = (opts.world_size_for(variant) if opts.profile else 0) \
-        if opts.nnodes == 1 else None
-    if process.returncode == 0 and (expected_traces is None
-                                    or len(body["traces"]) == expected_traces):
+    # On one node every rank's trace is here; other nodes write theirs on their own disks.
+    traces_complete = (opts.nnodes > 1 or not opts.profile
+                       or len(body["traces"]) == opts.world_size_for(variant))
+    if process.returncode == 0 and traces_complete:
         body["status"] = "complete"
         if result_path.is_file():
             _add_measurements(body, json.loads(result_path.read_text()), opts)

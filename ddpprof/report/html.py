@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import statistics
 from datetime import datetime, timezone
-from importlib import resources
 from typing import Any
 
-import jinja2
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from ..analysis import Analysis, RunResult, rank_row, run_row
-from .table import format_cell
+from .table import format_cell, template_environment
 
 TABLE_COLUMNS = [
     ("run", "Run"), ("variant", "Variant"), ("model", "Model"), ("world_size", "Ranks"),
@@ -45,10 +43,14 @@ COLORS = {"compute": "#2f7ed8", "non_compute": "#f28f43", "idle": "#c9c9c9",
           "comm": "#d64550"}
 
 
-def _environment() -> jinja2.Environment:
-    loader = jinja2.FunctionLoader(
-        lambda name: resources.files("ddpprof").joinpath("templates", name).read_text())
-    return jinja2.Environment(loader=loader, autoescape=jinja2.select_autoescape(["html", "j2"]))
+def _embed(fig: go.Figure) -> str:
+    """A figure as a div and its script; plotly.js itself is inlined once per page."""
+    return fig.to_html(full_html=False, include_plotlyjs=False,
+                       config={"displaylogo": False, "responsive": True})
+
+
+def _generated() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _layout(fig: go.Figure, title: str, **kwargs: Any) -> go.Figure:
@@ -185,14 +187,10 @@ def render_report(analysis: Analysis, title: str) -> str:
     rows = comparison_rows(analysis)
     figures = [breakdown_figure(rows), overlap_figure(rows), allreduce_figure(rows),
                bandwidth_figure(rows), spread_figure(analysis.runs)]
-    timelines = [timeline_figure(run) for run in analysis.runs]
-    config = {"displaylogo": False, "responsive": True}
-    html_figures = [fig.to_html(full_html=False, include_plotlyjs=False, config=config)
-                    for fig in figures]
-    html_timelines = [fig.to_html(full_html=False, include_plotlyjs=False, config=config)
-                      for fig in timelines]
-    return _environment().get_template("report.html.j2").render(
-        title=title, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    html_figures = [_embed(fig) for fig in figures]
+    html_timelines = [_embed(timeline_figure(run)) for run in analysis.runs]
+    return template_environment(html=True).get_template("report.html.j2").render(
+        title=title, generated=_generated(),
         environment=_environment_summary(analysis.runs), definitions=DEFINITIONS,
         columns=TABLE_COLUMNS, rows=rows, cell=format_cell, figures=html_figures,
         timelines=html_timelines, figure_count=len(html_figures) + len(html_timelines),
@@ -203,12 +201,9 @@ def render_report(analysis: Analysis, title: str) -> str:
 def render_page(title: str, intro: list[str], columns: list[tuple[str, str]],
                 rows: list[dict[str, Any]], figures: list[go.Figure]) -> str:
     """A smaller self-contained page (sweep, bench): text, one table, figures."""
-    config = {"displaylogo": False, "responsive": True}
-    return _environment().get_template("figures.html.j2").render(
-        title=title, generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        intro=intro, columns=columns, rows=rows, cell=format_cell,
-        figures=[f.to_html(full_html=False, include_plotlyjs=False, config=config)
-                 for f in figures], plotly_js=get_plotlyjs())
+    return template_environment(html=True).get_template("figures.html.j2").render(
+        title=title, generated=_generated(), intro=intro, columns=columns, rows=rows,
+        cell=format_cell, figures=[_embed(fig) for fig in figures], plotly_js=get_plotlyjs())
 
 
 def valley_figure(rows: list[dict[str, Any]], default_mb: float) -> go.Figure:

@@ -19,12 +19,13 @@ def format_cell(value: Any) -> str:
     return str(value)
 
 
-def _environment():
-    import jinja2  # only the Markdown rendering needs it: keep it off the CLI's start-up
+def template_environment(html: bool):
+    """jinja2 over the templates shipped in the package; HTML ones are autoescaped."""
+    import jinja2  # only templates need it: keep it off the CLI's start-up
 
     loader = jinja2.FunctionLoader(
         lambda name: resources.files("ddpprof").joinpath("templates", name).read_text())
-    environment = jinja2.Environment(loader=loader, autoescape=False, keep_trailing_newline=True)
+    environment = jinja2.Environment(loader=loader, autoescape=html, keep_trailing_newline=True)
     environment.filters["cell"] = lambda v: format_cell(v).replace("|", "\\|")
     return environment
 
@@ -39,7 +40,8 @@ def to_text(rows: list[Row], columns: list[str]) -> str:
 
 
 def to_markdown(rows: list[Row], columns: list[str]) -> str:
-    return _environment().get_template("table.md.j2").render(rows=rows, columns=columns)
+    template = template_environment(html=False).get_template("table.md.j2")
+    return template.render(rows=rows, columns=columns)
 
 
 def to_csv(rows: list[Row], columns: list[str]) -> str:
