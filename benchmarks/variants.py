@@ -14,7 +14,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from ddpprof.record import RecordOptions, record
+from ddpprof.record.config import RunConfig
+from ddpprof.record.launcher import Recording, record
 
 VARIANTS = ("pytorch_ddp", "bucket_ddp_async")
 
@@ -35,13 +36,14 @@ def main() -> None:
         for repeat in range(args.repeats):
             order = VARIANTS if repeat % 2 == 0 else tuple(reversed(VARIANTS))
             for variant in order:
-                [outcome] = record(RecordOptions(
-                    variants=[variant], model=args.model, nproc=args.nproc, steps=args.steps,
-                    global_batch=args.global_batch, bucket_cap_mb=args.bucket_cap_mb,
-                    out=Path(out) / f"rep{repeat}", quiet=True))
-                if outcome.status != "complete":
+                config = RunConfig(model=args.model, nproc=args.nproc, steps=args.steps,
+                                   global_batch=args.global_batch,
+                                   bucket_cap_mb=args.bucket_cap_mb)
+                [outcome] = record(Recording([variant], config, out=Path(out) / f"rep{repeat}",
+                                             quiet=True))
+                if outcome.status != "complete" or outcome.manifest.throughput is None:
                     raise SystemExit(f"{variant} failed: {outcome.error}")
-                speed = outcome.manifest["throughput"]["samples_per_s"]
+                speed = outcome.manifest.throughput.samples_per_s
                 samples_per_s[variant].append(speed)
                 print(f"repeat {repeat + 1}/{args.repeats}  {variant:<17} {speed:10,.1f} samples/s",
                       flush=True)

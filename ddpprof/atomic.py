@@ -1,24 +1,66 @@
-"""Atomic file writes: a reader sees the old file or the whole new one, never half of it."""
+"""Writing outputs safely: a reader sees the old file or the whole new one, never half of it, and
+nothing but a regular file is ever replaced.
+
+* ``-`` is standard output.
+* A symlink is followed: its target is written, the link stays.
+* A device, a FIFO or another non-regular file is written straight through (``/dev/null``
+  stays a device); a folder is an error.
+* A regular file, or a path where nothing is yet, is written to a temporary name beside it and
+  renamed over it.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
+import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .errors import UsageError, describe_os_error
+
+#: The name that means standard output for ``--json``/``--csv``/``--markdown FILE`` options.
+STDOUT = "-"
+
+
+def is_stdout(path: str | os.PathLike[str] | None) -> bool:
+    return path is not None and os.fspath(path) == STDOUT
+
+
+def resolve_target(path: str | os.PathLike[str]) -> Path:
+    """The file a write to ``path`` lands in: a symlink's final target, else ``path`` itself."""
+    given = Path(path)
+    return Path(os.path.realpath(given)) if given.is_symlink() else given
+
+
+def _mode(path: Path) -> int | None:
+    try:
+        return path.stat().st_mode
+    except FileNotFoundError:
+        return None
+
 
 @contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` only if the block succeeds.
 
-    The temporary name keeps the final suffixes (``.json.gz``), because some writers, such as
-    ``torch.profiler``'s ``export_chrome_trace``, choose compression by the name's ending.
+    ``path`` must be a regular file or absent (a symlink is followed to one): anything else is
+    an ``OSError``, so a device or a folder is never replaced. The temporary name keeps the final
+    suffixes (``.json.gz``), because some writers, such as ``torch.profiler``'s
+    ``export_chrome_trace``, choose compression by the name's ending.
     """
-    final = Path(path)
+    final = resolve_target(path)
+    mode = _mode(final)
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OSError(errno.EEXIST, "exists and is not a regular file", str(path))
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".tmp-{os.getpid()}-", suffix=f"-{final.name}",
                                     dir=final.parent)
@@ -32,9 +74,83 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` by the rules in the module docstring.
+
+    Undecodable bytes of file names (kept by Python as surrogate escapes) are written back as the
+    bytes they were, never an encoding error.
+    """
+    data = text.encode("utf-8", "surrogateescape")
+    if is_stdout(path):
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    final = resolve_target(path)
+    mode = _mode(final)
+    if mode is not None and not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
+        with open(final, "wb") as stream:  # a device or FIFO: straight through, never renamed
+            stream.write(data)
+        return
+    with atomic_path(final) as tmp:
+        tmp.write_bytes(data)
+
+
+def check_output(path: str | os.PathLike[str], option: str) -> None:
+    """Fail with a ``UsageError`` now, before any work, when ``write_text(path)`` could not
+    succeed: ``path`` is a folder, or its folder cannot be created or written."""
+    if is_stdout(path):
+        return
+    try:
+        final = resolve_target(path)
+        mode = _mode(final)
+        if mode is not None and stat.S_ISDIR(mode):
+            raise UsageError(f"{option} {os.fspath(path)}: is a folder, not a file")
+        if mode is not None and not stat.S_ISREG(mode):
+            # A device or FIFO is written through; opening a FIFO here would wait for a reader.
+            if not os.access(final, os.W_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+            return
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=final.parent)
+        os.close(fd)
+        os.unlink(probe)
+        if len(os.fsencode(final.name)) > os.pathconf(final.parent, "PC_NAME_MAX"):
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), str(path))
+    except OSError as error:
+        raise UsageError(f"{option} {describe_os_error(path, error)}") from None
+
+
+def check_outputs(**options: str | os.PathLike[str] | None) -> None:
+    """``check_output`` for every given option (``json=path`` checks ``--json path``), and at
+    most one of them may be standard output."""
+    given = {name: path for name, path in options.items() if path is not None}
+    to_stdout = [name for name, path in given.items() if is_stdout(path)]
+    if len(to_stdout) > 1:
+        raise UsageError(f"only one output can be standard output (-): "
+                         f"{', '.join('--' + name.replace('_', '-') for name in to_stdout)}")
+    for name, path in given.items():
+        check_output(path, "--" + name.replace("_", "-"))
+
+
+def json_text(data: Any) -> str:
+    """Standard JSON (RFC 8259): NaN and ±Infinity, which it cannot express, are written as
+    null."""
+    return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    write_text(path, json_text(data))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _current_umask() -> int:

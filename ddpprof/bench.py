@@ -8,27 +8,17 @@ configuration gives the profiler's overhead.
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from typing import Any
 
-from .errors import UsageError
-from .record import RecordOptions, record
-from .record.progress import Progress
+from .errors import RunFailed, UsageError
+from .manifest import StepRecord
+from .progress import Progress
+from .record.launcher import Recording, record
 
 #: seed 000 trains on 32,768 MNIST-shaped samples per epoch
 EPOCH_SAMPLES = 32768
 #: variants whose communication happens wholly inside ``finish_gradient_sync``
 BLOCKING = ("simple_ddp", "simple_ddp_ga")
-
-
-def parse_counts(spec: str) -> list[int]:
-    try:
-        counts = sorted({int(part) for part in spec.split(",") if part.strip()})
-    except ValueError:
-        raise UsageError(f"--nproc {spec!r}: expected whole numbers separated by commas") from None
-    if not counts or counts[0] < 1:
-        raise UsageError(f"--nproc {spec!r}: process counts must be at least 1")
-    return counts
 
 
 def configurations(models: list[str], variants: list[str], nprocs: list[int]
@@ -47,16 +37,16 @@ def amdahl(speedup: float, n: int) -> tuple[float | None, float | None]:
     return f, (1 / (1 - f) if f < 1 else float("inf"))
 
 
-def _median_after_warmup(steps: list[dict[str, Any]], key: str, warmup: int) -> float | None:
-    values = [s[key] for s in steps[warmup:] if s.get(key) is not None]
+def _median_after_warmup(steps: list[StepRecord], key: str, warmup: int) -> float | None:
+    values = [getattr(s, key) for s in steps[warmup:] if getattr(s, key) is not None]
     return statistics.median(values) if values else None
 
 
-def bench(models: list[str], variants: list[str], nprocs: list[int], base: RecordOptions,
+def bench(models: list[str], variants: list[str], nprocs: list[int], base: Recording,
           repeats: int, warmup_steps: int, overhead: bool) -> list[dict[str, Any]]:
-    if base.steps <= warmup_steps:
-        raise UsageError(f"--steps {base.steps} leaves nothing after {warmup_steps} warm-up "
-                         "steps")
+    if base.config.steps <= warmup_steps:
+        raise UsageError(f"--steps {base.config.steps} leaves nothing after {warmup_steps} "
+                         "warm-up steps")
     configs = configurations(models, variants, nprocs)
     samples: dict[tuple[str, str, int], list[tuple[float, float | None]]] = {c: [] for c in configs}
     overheads: dict[tuple[str, str, int], float | None] = {}
@@ -64,28 +54,33 @@ def bench(models: list[str], variants: list[str], nprocs: list[int], base: Recor
     for repeat in range(repeats):
         for model, variant, n in configs:
             outcome = _run(progress, base, model, variant, n, f"r{repeat}", profile=False)
+            steps = outcome.manifest.steps or []
             samples[(model, variant, n)].append((
-                _median_after_warmup(outcome.manifest["steps"], "wall_s", warmup_steps),
-                _median_after_warmup(outcome.manifest["steps"], "sync_s", warmup_steps)))
+                _median_after_warmup(steps, "wall_s", warmup_steps),
+                _median_after_warmup(steps, "sync_s", warmup_steps)))
     if overhead:
         for model, variant, n in configs:
             outcome = _run(progress, base, model, variant, n, "profiled", profile=True)
-            overheads[(model, variant, n)] = outcome.manifest["throughput"][
-                "profiler_overhead_ratio"]
-    return _rows(configs, samples, overheads, base.global_batch)
+            throughput = outcome.manifest.throughput
+            overheads[(model, variant, n)] = throughput.profiler_overhead_ratio \
+                if throughput else None
+    return _rows(configs, samples, overheads, base.config.global_batch)
 
 
-def _run(progress: Progress, base: RecordOptions, model: str, variant: str, n: int, tag: str,
+def _run(progress: Progress, base: Recording, model: str, variant: str, n: int, tag: str,
          profile: bool):
-    opts = replace(base, variants=[variant], model=model, nproc=n, profile=profile, quiet=True,
-                   name=f"{model}-{variant}-n{n}-{tag}", out=base.out)
+    config = base.config.replace(model=model, nproc=n, profile=profile)
     if profile:  # a schedule that fits: its active steps against the unprofiled ones after
-        opts = replace(opts, steps=max(opts.steps, 6), wait=1, warmup=1, active=2)
-    progress.start(f"{model} {variant} x{n} ({tag})", opts.run_dir(variant), n)
-    [outcome] = record(opts)
-    progress.finish(outcome.status, outcome.manifest.get("throughput"), outcome.error)
+        config = config.replace(steps=max(config.steps, 6), wait=1, warmup=1, active=2)
+    recording = Recording([variant], config, out=base.out, name=f"{model}-{variant}-n{n}-{tag}",
+                          quiet=True)
+    progress.start(f"{model} {variant} x{n} ({tag})", recording.run_dir(variant), n)
+    [outcome] = record(recording)
+    throughput = outcome.manifest.throughput
+    progress.finish(outcome.status, throughput.samples_per_s if throughput else None,
+                    outcome.error)
     if outcome.status != "complete":
-        raise UsageError(f"{outcome.run_dir}: run failed ({outcome.error})")
+        raise RunFailed(f"{outcome.run_dir}: run failed ({outcome.error})")
     return outcome
 
 

@@ -1,6 +1,59 @@
-"""The one exception type that means "the user's input is wrong": the CLI prints it on one line
-and exits 2, with no traceback."""
+"""The exceptions the CLI turns into one line on stderr and an exit code, never a traceback.
+
+* ``UsageError`` (and ``TraceError``): the input is wrong (an option, a file, a folder); nothing
+  was run. Exit 2.
+* ``RunFailed``: something was run and it failed (a run, or writing what a run produced).
+  Exit 1.
+* ``Interrupted``: a signal stopped the work. Exit 128 + the signal's number, as a shell does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
 
 
 class UsageError(Exception):
     """Bad input: a message that names the file or option and the problem."""
+
+
+class TraceError(UsageError):
+    """A trace file that cannot be analyzed; the message starts with the file's path."""
+
+    def __init__(self, path: Path | str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        # a URL stays text: a Path would fold its "//"
+        self.path = path if isinstance(path, Path) or "://" in path else Path(path)
+        self.problem = problem
+
+    def __reduce__(self):  # so that it crosses from a worker process intact
+        return type(self), (self.path, self.problem)
+
+
+class RunFailed(Exception):
+    """A launched run, or an output written after it, failed: one line naming what and where."""
+
+
+class Interrupted(Exception):
+    """A signal (SIGINT, SIGTERM, SIGHUP) stopped the work after its runs were marked so."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def describe_os_error(path: str | os.PathLike[str], error: OSError) -> str:
+    """``path: reason``, the reason as the OS words it (``No space left on device``)."""
+    return f"{os.fspath(path)}: {error.strerror or error}"

@@ -1,21 +1,41 @@
-"""``ddpprof gate``: compare a run's metrics with a baseline under rules; pure functions.
+"""``ddpprof gate``: compare a run's metrics with a baseline under rules.
 
 A rule is ``METRIC OP RHS`` with OP one of ``>= <= > < ==`` and RHS a number, ``baseline``,
 ``baseline + N``, ``baseline - N`` or ``baseline * N``; ``baseline`` is the metric's value in
-the matched baseline run. Runs match by run name, else by variant.
+the matched baseline run.
+
+Both sides are ``ddpprof analyze --json`` documents (or a trace folder, analyzed on the spot).
+From each run the gate reads ``run``, ``variant``, ``status``, the configuration (``model``,
+``world_size``, ``global_batch``, ``grad_accum``, ``bucket_cap_mb``) and the metrics its rules
+name. A run's *configuration key* is its variant and that configuration: runs match by name
+when the name is on both sides, else by key, and a matched pair whose known configurations
+differ is an error. ``--aggregate median`` first merges the repeats of each key into one run:
+per metric, the median of the repeats where it is a number, and how many those were.
+
+Bad input is a ``UsageError`` (exit 2): a document that is not an analysis, a run that failed
+or was interrupted, NaN or an infinity anywhere in a run, a run or metric missing on one side.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import operator
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from .errors import UsageError
+from .manifest import validation_problem
 
 DEFAULT_RULE = "overlap_pct >= baseline - 2"
+ANALYZE_SCHEMA, ANALYZE_VERSION = "ddpprof.analyze", 2
+#: Statuses a run may have and still be gated; None: no run.json (a foreign trace).
+GATEABLE_STATUSES = ("complete", None)
 _OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
               "==": operator.eq}
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
@@ -23,6 +43,159 @@ _RULE = re.compile(rf"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<op>>=|<=|==|>
                    rf"(?:(?P<absolute>{_NUMBER})|baseline\s*(?:(?P<arith>[-+*])\s*"
                    rf"(?P<operand>{_NUMBER}))?)\s*$")
 
+
+# --- input ---------------------------------------------------------------------------------
+
+class AnalyzedRun(msgspec.Struct, kw_only=True):
+    """The fields of one analyze run row that the gate decodes by schema; the metrics are read
+    by name from the row itself."""
+
+    run: str
+    variant: str | None = None
+    status: str | None = None
+    error: str | None = None
+    model: str | None = None
+    world_size: int | None = None
+    global_batch: int | None = None
+    grad_accum: int | None = None
+    bucket_cap_mb: float | None = None  # MiB
+
+
+class UnfinishedRun(msgspec.Struct, kw_only=True):
+    """A recording analyze listed but did not analyze: it failed or was interrupted."""
+
+    run: str
+    status: str | None = None
+    error: str | None = None
+
+
+class AnalyzeDocument(msgspec.Struct, kw_only=True):
+    schema: str
+    version: int
+    runs: list[dict[str, Any]]
+    unfinished: list[UnfinishedRun] = []
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """What makes two runs comparable (and repeats of one another)."""
+
+    variant: str
+    model: str | None
+    world_size: int | None
+    global_batch: int | None
+    grad_accum: int | None
+    bucket_cap_mb: float | None
+
+    def describe(self) -> str:
+        parts = [self.model, f"{self.world_size} ranks" if self.world_size else None,
+                 f"batch {self.global_batch}" if self.global_batch else None,
+                 f"accum {self.grad_accum}" if self.grad_accum else None,
+                 f"{self.bucket_cap_mb:g} MiB buckets" if self.bucket_cap_mb else None]
+        return ", ".join(p for p in parts if p)
+
+    def differences(self, other: ConfigKey) -> list[str]:
+        """Fields known on both sides that differ."""
+        names = ("variant", "model", "world_size", "global_batch", "grad_accum",
+                 "bucket_cap_mb")
+        return [f"{name} {getattr(self, name)} vs {getattr(other, name)}" for name in names
+                if None not in (getattr(self, name), getattr(other, name))
+                and getattr(self, name) != getattr(other, name)]
+
+
+@dataclass(frozen=True)
+class GateRun:
+    name: str
+    key: ConfigKey
+    row: dict[str, Any]                     # the analyze row: metrics by name
+    #: For a median of repeats: how many repeats there were, and per metric how many were
+    #: numbers (the rest were null).
+    repeats: int | None = None
+    used: dict[str, int] = field(default_factory=dict)
+
+    def metric(self, metric: str, side: str) -> float | None:
+        if metric not in self.row:
+            raise UsageError(f"run {self.name!r}: no metric {metric!r} in the {side} results")
+        value = self.row[metric]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise UsageError(f"run {self.name!r}: {metric} is not a number in the {side} "
+                             "results")
+        return value
+
+    def repeats_used(self, metric: str) -> str | None:
+        return None if self.repeats is None else f"{self.used.get(metric, 0)}/{self.repeats}"
+
+
+def load_runs(path: Path, must_be_json: bool = False) -> list[GateRun]:
+    """The runs of an analyze --json file, or of a trace folder analyzed now; every problem
+    with them is a ``UsageError`` naming the file, the run and the field."""
+    if path.is_file() or must_be_json:
+        try:
+            document = json.loads(path.read_bytes())  # json, not msgspec: NaN must be named
+        except OSError as error:
+            raise UsageError(f"{path}: cannot be read ({error.strerror or error})") from None
+        except (ValueError, RecursionError) as error:
+            raise UsageError(f"{path}: not JSON ({error})") from None
+        return runs_of(document, str(path))
+    from .analysis import analyze_paths, to_json_document
+
+    analysis = analyze_paths([path])
+    if analysis.errors:
+        raise UsageError(analysis.errors[0].error)
+    return runs_of(to_json_document(analysis), str(path))
+
+
+def runs_of(document: Any, source: str) -> list[GateRun]:
+    if not isinstance(document, dict) or document.get("schema") != ANALYZE_SCHEMA:
+        raise UsageError(f"{source}: not a `ddpprof analyze --json` file")
+    try:
+        decoded = msgspec.convert(document, AnalyzeDocument)
+    except msgspec.ValidationError as error:
+        raise UsageError(f"{source}: {validation_problem(error)}") from None
+    if decoded.version != ANALYZE_VERSION:
+        raise UsageError(f"{source}: analyze schema version {decoded.version!r}, this ddpprof "
+                         f"reads version {ANALYZE_VERSION}")
+    for unfinished in decoded.unfinished:
+        _refuse_unfinished(source, unfinished.run, unfinished.status, unfinished.error)
+    runs = []
+    for index, row in enumerate(decoded.runs):
+        try:
+            fields = msgspec.convert(row, AnalyzedRun)
+        except msgspec.ValidationError as error:
+            raise UsageError(f"{source}: runs[{index}]: {validation_problem(error)}") from None
+        if (where := _non_finite(row)) is not None:
+            raise UsageError(f"{source}: run {fields.run!r}: {where} is not a finite number")
+        if fields.status not in GATEABLE_STATUSES:
+            _refuse_unfinished(source, fields.run, fields.status, fields.error)
+        key = ConfigKey(fields.variant or fields.run, fields.model, fields.world_size,
+                        fields.global_batch, fields.grad_accum, fields.bucket_cap_mb)
+        runs.append(GateRun(fields.run, key, row))
+    return runs
+
+
+def _refuse_unfinished(source: str, run: str, status: str | None, error: str | None) -> None:
+    detail = f" ({error})" if error else ""
+    raise UsageError(f"{source}: run {run!r} is {status or 'unfinished'}{detail}; only complete "
+                     "runs can be gated")
+
+
+def _non_finite(value: Any, where: str = "") -> str | None:
+    """The path of the first NaN or infinity in ``value`` (``per_rank[1].overlap_pct``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where or 'value'} ({value})"
+    if isinstance(value, dict):
+        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for path, item in items:
+        if (found := _non_finite(item, path)) is not None:
+            return found
+    return None
+
+
+# --- rules ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Rule:
@@ -63,11 +236,15 @@ def parse_rule(text: str) -> Rule:
     if not match:
         raise UsageError(f"malformed rule {text!r}: expected METRIC OP RHS, OP one of "
                          ">= <= > < ==, RHS a number or baseline [+|-|* NUMBER]")
-    absolute = match["absolute"]
-    return Rule(text=text.strip(), metric=match["metric"], op=match["op"],
-                absolute=float(absolute) if absolute is not None else None,
-                arith=match["arith"], operand=float(match["operand"] or 0))
+    absolute = float(match["absolute"]) if match["absolute"] is not None else None
+    operand = float(match["operand"] or 0)
+    if not all(math.isfinite(n) for n in (absolute or 0.0, operand)):
+        raise UsageError(f"malformed rule {text!r}: its number is not finite")
+    return Rule(text=text.strip(), metric=match["metric"], op=match["op"], absolute=absolute,
+                arith=match["arith"], operand=operand)
 
+
+# --- evaluation ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Verdict:
@@ -77,76 +254,93 @@ class Verdict:
     current: float | None
     threshold: float | None
     verdict: str                # "pass", "FAIL" or "n/a" (the metric is n/a on both sides)
+    baseline_repeats: str | None = None     # "2/3": repeats whose metric was a number
+    current_repeats: str | None = None
 
     def row(self) -> dict[str, Any]:
         return {"rule": self.rule, "run": self.run, "baseline": self.baseline,
-                "current": self.current, "threshold": self.threshold, "verdict": self.verdict}
+                "current": self.current, "threshold": self.threshold, "verdict": self.verdict,
+                "baseline_repeats": self.baseline_repeats,
+                "current_repeats": self.current_repeats}
 
 
-def aggregate_by_variant(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Several runs of one variant (repeats, to tame noise) become one: the median of each
-    numeric metric, named after the variant."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+def aggregate(runs: list[GateRun]) -> list[GateRun]:
+    """The repeats of each configuration key become one run: per numeric metric the median of
+    the repeats where it is a number (null when it is a number in none), with the count used.
+    The run is named after its variant, with its configuration when a variant has several."""
+    groups: dict[ConfigKey, list[GateRun]] = {}
     for run in runs:
-        groups.setdefault(run.get("variant") or run["run"], []).append(run)
+        groups.setdefault(run.key, []).append(run)
+    variants = [key.variant for key in groups]
     merged = []
-    for variant, members in groups.items():
-        row: dict[str, Any] = {"run": variant, "variant": variant, "repeats": len(members)}
-        for key in members[0]:
-            values = [m.get(key) for m in members]
-            if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-                row[key] = statistics.median(values)
-        merged.append(row)
+    for key, members in groups.items():
+        name = key.variant if variants.count(key.variant) == 1 \
+            else f"{key.variant} [{key.describe()}]"
+        row: dict[str, Any] = {"run": name}
+        used: dict[str, int] = {}
+        for metric in dict.fromkeys(k for m in members for k in m.row):
+            values = [m.row.get(metric) for m in members]
+            if all(v is None or _is_number(v) for v in values):
+                numbers = [v for v in values if v is not None]
+                row[metric] = statistics.median(numbers) if numbers else None
+                used[metric] = len(numbers)
+        merged.append(GateRun(name, key, row, repeats=len(members), used=used))
     return merged
 
 
-def match_runs(current: list[dict[str, Any]], baseline: list[dict[str, Any]]
-               ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Pair every current run with its baseline run (by name, else by variant); a run on one
-    side without a partner is an error."""
-    by_name = {run["run"]: run for run in baseline}
-    by_variant: dict[str, list[dict[str, Any]]] = {}
+def match_runs(current: list[GateRun], baseline: list[GateRun]
+               ) -> list[tuple[GateRun, GateRun]]:
+    """Pair every current run with its baseline run: the same name, else the only baseline run
+    with the same configuration key. A run without a partner, or a pair whose configurations
+    differ, is an error."""
+    by_name = {run.name: run for run in baseline}
+    by_key: dict[ConfigKey, list[GateRun]] = {}
     for run in baseline:
-        by_variant.setdefault(run.get("variant") or "", []).append(run)
+        by_key.setdefault(run.key, []).append(run)
     pairs, used = [], set()
     for run in current:
-        partner = by_name.get(run["run"])
-        if partner is None and len(by_variant.get(run.get("variant") or "", [])) == 1:
-            partner = by_variant[run["variant"]][0]
+        partner = by_name.get(run.name)
+        if partner is None and len(by_key.get(run.key, [])) == 1:
+            partner = by_key[run.key][0]
         if partner is None:
-            raise UsageError(f"run {run['run']!r} is not in the baseline")
+            raise UsageError(f"run {run.name!r} is not in the baseline")
+        if differences := run.key.differences(partner.key):
+            raise UsageError(f"run {run.name!r} and baseline run {partner.name!r} differ: "
+                             + ", ".join(differences))
         pairs.append((run, partner))
-        used.add(partner["run"])
-    missing = [run["run"] for run in baseline if run["run"] not in used]
+        used.add(partner.name)
+    missing = [run.name for run in baseline if run.name not in used]
     if missing:
         raise UsageError(f"baseline run {missing[0]!r} is missing from the current results")
     return pairs
 
 
-def evaluate(rules: list[Rule], current: list[dict[str, Any]], baseline: list[dict[str, Any]],
+def evaluate(rules: list[Rule], current: list[GateRun], baseline: list[GateRun],
              tolerance: float = 0.0) -> list[Verdict]:
+    """Every rule on every matched pair. A metric that is n/a (null) on both sides is n/a; one
+    that is n/a now but was a number in the baseline FAILs (it vanished); a rule that needs
+    the baseline's value where the baseline has none is an error."""
     verdicts = []
     for now, before in match_runs(current, baseline):
         for rule in rules:
-            value = _metric(now, rule.metric, "current")
-            reference = _metric(before, rule.metric, "baseline") if rule.needs_baseline else None
-            if value is None and (reference is None or not rule.needs_baseline):
-                verdicts.append(Verdict(rule.text, now["run"], reference, None, None, "n/a"))
+            value = now.metric(rule.metric, "current")
+            reference = before.metric(rule.metric, "baseline")
+            counts = {"baseline_repeats": before.repeats_used(rule.metric),
+                      "current_repeats": now.repeats_used(rule.metric)}
+            if value is None:
+                verdict = "n/a" if reference is None else "FAIL"
+                verdicts.append(Verdict(rule.text, now.name, reference, None, None, verdict,
+                                        **counts))
                 continue
-            if value is None or (rule.needs_baseline and reference is None):
-                side = "current" if value is None else "baseline"
-                raise UsageError(f"run {now['run']!r}: {rule.metric} is n/a in the {side} "
-                                 "results only")
+            if rule.needs_baseline and reference is None:
+                raise UsageError(f"run {now.name!r}: {rule.metric} is n/a in the baseline "
+                                 f"results only, so '{rule.text}' has no threshold")
             threshold = rule.threshold(reference)
             verdict = "pass" if rule.holds(value, threshold, tolerance) else "FAIL"
-            verdicts.append(Verdict(rule.text, now["run"], reference, value, threshold, verdict))
+            verdicts.append(Verdict(rule.text, now.name, reference, value, threshold, verdict,
+                                    **counts))
     return verdicts
 
 
-def _metric(run: dict[str, Any], metric: str, side: str) -> float | None:
-    if metric not in run:
-        raise UsageError(f"run {run['run']!r}: no metric {metric!r} in the {side} results")
-    value = run[metric]
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise UsageError(f"run {run['run']!r}: {metric} is not a number in the {side} results")
-    return value
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

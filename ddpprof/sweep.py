@@ -7,30 +7,19 @@ bucket size is a valley.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from .analysis import analyze_run, run_row
 from .errors import UsageError
-from .record import RecordOptions, record
-from .record.progress import Progress
+from .progress import Progress
+from .record.launcher import Recording, record
 from .trace.discover import RunInput, is_trace_file
 
 BUCKETED = ("bucket_ddp_async", "pytorch_ddp")
 DEFAULT_BUCKET_CAP_MB = 25.0
 
 
-def parse_sizes(spec: str, flag: str = "--bucket-cap-mb") -> list[float]:
-    try:
-        sizes = [float(part) for part in spec.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"{flag} {spec!r}: expected numbers separated by commas") from None
-    if not sizes or any(size <= 0 for size in sizes):
-        raise UsageError(f"{flag} {spec!r}: sizes must be positive")
-    return sorted(set(sizes))
-
-
-def sweep(variants: list[str], sizes_mb: list[float], base: RecordOptions) -> list[dict[str, Any]]:
+def sweep(variants: list[str], sizes_mb: list[float], base: Recording) -> list[dict[str, Any]]:
     """One profiled run per (bucket size, variant), the variants interleaved at each size; a row
     of measurements for each."""
     others = [v for v in variants if v not in BUCKETED]
@@ -41,25 +30,28 @@ def sweep(variants: list[str], sizes_mb: list[float], base: RecordOptions) -> li
     progress = Progress(quiet=base.quiet, total=len(sizes_mb) * len(variants))
     for size in sizes_mb:
         for variant in variants:
-            opts = replace(base, variants=[variant], bucket_cap_mb=size,
-                           name=f"{variant}-cap{size:g}", quiet=True)
-            progress.start(f"{variant} at {size:g} MB", opts.run_dir(variant),
-                           opts.world_size_for(variant))
-            [outcome] = record(opts)
-            progress.finish(outcome.status, outcome.manifest.get("throughput"), outcome.error)
+            recording = Recording([variant], base.config.replace(bucket_cap_mb=size),
+                                  out=base.out, name=f"{variant}-cap{size:g}", quiet=True)
+            progress.start(f"{variant} at {size:g} MiB", recording.run_dir(variant),
+                           base.config.world_size)
+            [outcome] = record(recording)
+            speed = outcome.manifest.throughput
+            progress.finish(outcome.status, speed.samples_per_s if speed else None,
+                            outcome.error)
             row: dict[str, Any] = {"variant": variant, "bucket_cap_mb": size,
                                    "run": outcome.run_dir.name, "status": outcome.status}
             if outcome.status == "complete":
                 traces = sorted(p for p in outcome.run_dir.iterdir() if is_trace_file(p))
-                analyzed = run_row(analyze_run(RunInput(outcome.run_dir.name, outcome.run_dir,
-                                                        traces)))
-                speed = outcome.manifest["throughput"]
-                row.update(step_ms=speed["median_step_s"] * 1e3,
-                           samples_per_s=speed["samples_per_s"],
+                [analyzed_run] = analyze_run(RunInput(outcome.run_dir.name, outcome.run_dir,
+                                                      traces))
+                analyzed = run_row(analyzed_run).to_dict()
+                assert speed is not None and speed.median_step_s is not None
+                row.update(step_ms=speed.median_step_s * 1e3,
+                           samples_per_s=speed.samples_per_s,
                            overlap_pct=analyzed["overlap_pct"],
                            all_reduce_calls_per_step=analyzed["all_reduce_calls_per_step"],
                            exposed_comm_ms_per_step=analyzed["exposed_comm_ms_per_step"],
-                           buckets=outcome.manifest["config"].get("allreduces_per_sync"))
+                           buckets=outcome.manifest.config.allreduces_per_sync)
             else:
                 row["error"] = outcome.error
             rows.append(row)

@@ -16,9 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddpprof.analysis import analyze_trace
+from ddpprof.analysis import AnalysisOptions, LastStep
+from ddpprof.analysis.rank import analyze_rank
 from ddpprof.errors import UsageError
-from ddpprof.trace.loader import RankTrace, TraceError, load
+from ddpprof.trace.classify import step_names
+from ddpprof.trace.events import RankTrace
+from ddpprof.trace.loader import TraceError, load
 
 # ---- trace builders ----------------------------------------------------------------------
 
@@ -65,6 +68,12 @@ def _write(path: Path, content: Any) -> Path:
     return path
 
 
+def analyze_trace(trace: RankTrace, drop_last_step: bool, per_step: bool = False):
+    """What ``ddpprof analyze`` does with one rank of a one-rank run."""
+    last_step = LastStep.decide(step_names(trace), keep_last_step=not drop_last_step)
+    return analyze_rank(trace, trace.rank or 0, last_step, AnalysisOptions(per_step=per_step))
+
+
 def _load_then_analyze(path: Path, drop_last_step: bool = False, per_step: bool = False):
     """What ``ddpprof analyze`` does with one rank; may raise ``TraceError`` only."""
     return analyze_trace(load(path), drop_last_step, per_step)
@@ -99,8 +108,10 @@ def _step_only_events() -> list[dict[str, Any]]:
 
 
 def _gpu_events_launched_elsewhere() -> list[dict[str, Any]]:
-    """A GPU rank whose only kernel has a correlation id that no host event launched."""
+    """A GPU rank whose only kernel has a correlation id that no host event launched (two
+    steps, so that HTA's step filter applies)."""
     return [_event("ProfilerStep#0", 0, 100, cat="user_annotation"),
+            _event("ProfilerStep#1", 100, 100, cat="user_annotation"),
             _event("aten::mm", 10, 50),
             _event("gemm", 20, 10, cat="kernel", tid=7,
                    args={"stream": 7, "correlation": 42})]
@@ -121,10 +132,13 @@ BAD_FILES = [
                  id="object without traceEvents"),
     pytest.param("rank0.json", lambda: b"[1, 2]", ("not a trace",), id="array of numbers"),
     pytest.param("rank0.json", lambda: b'"text"', ("not a trace",), id="JSON string"),
-    pytest.param("rank0.json", lambda: _trace(events=[_event("aten::mm", 0, 10)]),
-                 ("no ProfilerStep#N spans",), id="no ProfilerStep"),
-    pytest.param("trace.json", lambda: _trace(info=False), ("no rank",),
-                 id="no rank in distributedInfo or name"),
+    pytest.param("rank0.json", lambda: _trace(events=[
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+        {"ph": "C", "name": "memory", "pid": 1, "ts": 5, "args": {"bytes": 10}},
+        {"ph": "i", "name": "marker", "pid": 1, "tid": 1, "ts": 7, "s": "t"}]),
+        ("nothing to measure", "no complete events"), id="only metadata, counters, instants"),
+    pytest.param("rank0.json", lambda: _trace(events=[]), ("nothing to measure",),
+                 id="no events at all"),
     pytest.param("rank0.json", lambda: _trace(world_size=1,
                                               events=_gpu_events_launched_elsewhere()),
                  ("nothing in the analyzed window",), id="nothing in window (GPU)"),
@@ -274,23 +288,38 @@ def test_out_of_range_numbers_load_or_are_trace_errors(content, tmp_path):
     pytest.param("stream", "x", -1, id="not a number"),
     pytest.param("correlation", 2**53 + 1, 2**53 + 1, id="id above 2**53"),
     pytest.param("correlation", 2**63 - 1, 2**63 - 1, id="largest int64 id"),
-    pytest.param("stream", 10**30, None, id="id above int64"),
-    pytest.param("stream", "9" * 30, None, id="string id above int64"),
+    pytest.param("stream", 10**30, -1, id="stream above int64"),
+    pytest.param("stream", "9" * 30, -1, id="string stream above int64"),
+    pytest.param("correlation", 2**63, -(2**63), id="correlation 2**63 wraps"),
+    pytest.param("correlation", 2**64 - 1, -1, id="largest uint64 correlation wraps"),
 ])
 def test_ids_read_exactly(key, value, expected, tmp_path):
-    """stream and correlation: the integer itself, or -1 where absent or not a number; an id
-    beyond int64 (``expected`` None) may read as -1 or make the file a TraceError."""
-    path = _write(tmp_path / "rank0.json", _with_args({key: value}))
-    if expected is None:
-        try:
-            trace = load(path)
-        except TraceError:
-            return
-        expected = -1
-    else:
-        trace = load(path)
+    """stream: the integer itself, or -1 where absent, not a number or beyond int64.
+    correlation: the integer itself, ids of 2**63 and above wrapped mod 2**64 (still present,
+    still distinct: they are only compared for equality)."""
+    trace = load(_write(tmp_path / "rank0.json", _with_args({key: value})))
     column = trace.stream if key == "stream" else trace.correlation
     assert column.tolist() == [-1, -1, expected]
+    if key == "correlation":
+        assert trace.has_correlation.tolist() == [False, False, expected is not None]
+
+
+def test_correlation_ids_above_2_63_link_kernels_to_their_launch(tmp_path):
+    big = 2**63 + 12345
+    events = [_event("ProfilerStep#0", 0, 100, cat="user_annotation"),
+              _event("ProfilerStep#1", 100, 100, cat="user_annotation"),
+              _event("cudaLaunchKernel", 10, 5, cat="cuda_runtime", args={"correlation": big}),
+              _event("gemm", 20, 30, cat="kernel", tid=7,
+                     args={"stream": 7, "correlation": big}),
+              _event("cudaLaunchKernel", 110, 5, cat="cuda_runtime",
+                     args={"correlation": big + 1}),
+              _event("gemm", 120, 30, cat="kernel", tid=7,
+                     args={"stream": 7, "correlation": big + 1})]
+    result = _load_then_analyze(_write(tmp_path / "rank0.json", _trace(world_size=1,
+                                                                         events=events)),
+                                drop_last_step=True)
+    # the last step's kernel (launched at 110) is dropped, the first one kept: 30 µs of gemm
+    assert result.breakdown.window_us == 30 and result.breakdown.compute_us == 30
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
@@ -439,10 +468,28 @@ def _analyze_or_trace_error(trace: RankTrace, drop_last_step: bool, per_step: bo
     except TraceError as error:
         assert isinstance(error, UsageError) and str(error).startswith(f"{trace.path}: ")
         return
-    assert result.rank == trace.rank and result.breakdown.window_us > 0
-    assert 0 <= result.steps <= result.total_steps
+    assert result.rank == (trace.rank or 0)
+    assert 1 <= result.steps <= max(result.total_steps, 1)
+    _assert_invariants(result.breakdown)
     if per_step:
         assert len(result.per_step) == result.steps
+        for row in result.per_step:
+            if row.breakdown.window_us > 0:
+                _assert_invariants(row.breakdown)
+
+
+def _assert_invariants(b) -> None:
+    """What every breakdown must satisfy, whatever the trace."""
+    assert b.window_us > 0
+    for part in (b.compute_us, b.non_compute_us, b.idle_us, b.comm_us, b.overlap_us,
+                 b.exposed_comm_us):
+        assert part >= -1e-9 * max(1.0, b.window_us), b
+    assert b.compute_pct + b.non_compute_pct + b.idle_pct == pytest.approx(100, abs=1e-6)
+    assert b.overlap_pct is None or -1e-9 <= b.overlap_pct <= 100 + 1e-9
+    assert b.exposed_comm_us <= b.comm_us + 1e-9 * max(1.0, b.window_us)
+    assert b.overlap_us + b.exposed_comm_us == pytest.approx(b.comm_us, abs=1e-6 * max(
+        1.0, b.window_us))
+    assert b.comm_overhead_pct <= 100 + 1e-9
 
 
 @FUZZ

@@ -29,7 +29,7 @@ def analyzed(all_variants, tmp_path_factory):
 
 def test_every_variant_is_analyzed_as_a_cpu_run(analyzed):
     runs, document, _, _ = analyzed
-    assert document["schema"] == "ddpprof.analyze" and document["version"] == 1
+    assert document["schema"] == "ddpprof.analyze" and document["version"] == 2
     assert document["errors"] == []
     assert sorted(runs) == sorted(VARIANT_NAMES)
     for name, run in runs.items():
@@ -59,13 +59,27 @@ def test_allreduce_calls_per_step_are_what_each_variant_launches(analyzed):
         assert run["all_reduce_calls_per_step"] == run["expected_allreduces_per_step"], name
 
 
+def test_sharded_collectives_per_step_are_what_each_variant_launches(all_variants, analyzed):
+    """Reduce-scatters and all-gathers seen in the trace (gloo's reduce-scatter spans named
+    by the op that issued them) are those the variant says one sync launches."""
+    out, _ = all_variants
+    runs, *_ = analyzed
+    for name in ("zero1", "zero2", "fsdp"):
+        expected = json.loads((out / name / "run.json").read_text())["config"][
+            "collectives_per_sync"]
+        for kind in ("reduce_scatter", "all_gather"):
+            assert runs[name][f"{kind}_calls_per_step"] == expected[kind], (name, kind)
+        assert runs[name]["reduce_scatter_busbw_gbps"] is not None, name
+
+
 def test_bytes_per_step_are_the_gradient(analyzed):
     runs, *_ = analyzed
     gradient_bytes = 1_462_538 * 4
-    for name in ("simple_ddp", "bucket_ddp_async", "pytorch_ddp"):
+    # bucket_ddp_async's buckets also carry one float32 "used" flag per parameter tensor (8)
+    for name, extra in (("simple_ddp", 0), ("bucket_ddp_async", 8 * 4), ("pytorch_ddp", 0)):
         run = runs[name]
         per_step = run["all_reduce_bytes_per_call"] * run["all_reduce_calls_per_step"]
-        assert per_step == gradient_bytes, name
+        assert per_step == gradient_bytes + extra, name
         assert run["all_reduce_busbw_gbps"] == pytest.approx(run["all_reduce_algbw_gbps"])
 
 

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from ddpprof.bench import amdahl, configurations, parse_counts
-from ddpprof.errors import UsageError
+from ddpprof.bench import amdahl, configurations
 
 
 def test_amdahl_inverts_the_law():
@@ -22,13 +21,6 @@ def test_single_runs_once_the_rest_at_every_count():
     assert configurations(["m"], ["single", "simple_ddp"], [1, 2, 4]) == [
         ("m", "single", 1), ("m", "simple_ddp", 1), ("m", "simple_ddp", 2),
         ("m", "simple_ddp", 4)]
-
-
-def test_process_counts():
-    assert parse_counts("4,1,2,2") == [1, 2, 4]
-    for bad in ("0,2", "x", ""):
-        with pytest.raises(UsageError):
-            parse_counts(bad)
 
 
 def test_bad_input_is_exit_2(ddpprof_cli, tmp_path):

@@ -9,17 +9,22 @@ import pytest
 from trace_builders import span, step, write_trace
 
 from ddpprof.errors import UsageError
-from ddpprof.gate import aggregate_by_variant, evaluate, parse_rule
+from ddpprof.gate import aggregate, evaluate, parse_rule, runs_of
 
 
 def document(*runs: dict) -> dict:
-    return {"schema": "ddpprof.analyze", "version": 1, "runs": list(runs), "errors": []}
+    return {"schema": "ddpprof.analyze", "version": 2, "runs": list(runs), "errors": []}
 
 
 def run(name: str, overlap: float | None = 40.0, compute: float = 70.0,
-        variant: str | None = None) -> dict:
-    return {"run": name, "variant": variant or name, "overlap_pct": overlap,
-            "compute_pct": compute}
+        variant: str | None = None, **fields) -> dict:
+    return {"run": name, "variant": variant or name, "status": "complete",
+            "model": "mlp-small", "world_size": 2, "global_batch": 256, "grad_accum": 1,
+            "bucket_cap_mb": 25.0, "overlap_pct": overlap, "compute_pct": compute, **fields}
+
+
+def runs(*rows: dict):
+    return runs_of(document(*rows), "test")
 
 
 @pytest.fixture
@@ -68,23 +73,24 @@ def test_tolerance_absorbs_noise(files, ddpprof_cli):
 def test_absolute_and_relative_rules():
     rules = [parse_rule("compute_pct >= 60"), parse_rule("overlap_pct > baseline * 0.9"),
              parse_rule("compute_pct == baseline")]
-    verdicts = evaluate(rules, [run("a", 37.0, 59.0)], [run("a", 40.0, 59.0)])
+    verdicts = evaluate(rules, runs(run("a", 37.0, 59.0)), runs(run("a", 40.0, 59.0)))
     assert [(v.threshold, v.verdict) for v in verdicts] == [
         (60.0, "FAIL"), (pytest.approx(36.0), "pass"), (59.0, "pass")]
 
 
 def test_runs_match_by_variant_when_names_differ():
     [verdict] = evaluate([parse_rule("overlap_pct >= baseline")],
-                         [run("2026-11-22-ci", 41.0, variant="bucket_ddp_async")],
-                         [run("bucket_ddp_async", 40.0)])
+                         runs(run("2026-11-22-ci", 41.0, variant="bucket_ddp_async")),
+                         runs(run("bucket_ddp_async", 40.0)))
     assert verdict.verdict == "pass" and verdict.baseline == 40.0
 
 
 def test_median_of_repeats():
-    repeats = [run("r1", 10.0, variant="v"), run("r2", 50.0, variant="v"),
-               run("r3", 30.0, variant="v")]
-    [merged] = aggregate_by_variant(repeats)
-    assert merged["overlap_pct"] == 30.0 and merged["repeats"] == 3
+    repeats = runs(run("r1", 10.0, variant="v"), run("r2", 50.0, variant="v"),
+                   run("r3", 30.0, variant="v"))
+    [merged] = aggregate(repeats)
+    assert merged.name == "v" and merged.row["overlap_pct"] == 30.0
+    assert merged.repeats == 3 and merged.repeats_used("overlap_pct") == "3/3"
 
 
 @pytest.mark.parametrize("text", ["overlap_pct >>= 3", "overlap_pct >= baseline -", "", "60 <= x",

@@ -1,57 +1,153 @@
-"""On real GPU traces the native engine equals HTA 0.5.0, run live here (not pasted numbers)."""
+"""GPU numbers against HTA 0.5.0 run live, in both of its timestamp modes.
+
+* default: timestamps as recorded, equal to HTA with ``HTA_DISABLE_NS_ROUNDING=1`` within
+  0.05 percentage points;
+* ``--hta-compat``: HTA's defaults, ns rounding included, within 0.1 pp.
+
+On the shared real traces (HTA's own test data, TraceLens's H100/B200 traces, MTIA) and on
+nanosecond traces this test builds, full of sub-µs kernels that HTA's rounding distorts.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from trace_builders import write_trace
 
-from ddpprof.analysis import analyze_paths
+from ddpprof.analysis import AnalysisOptions, analyze_paths
 
 pytest.importorskip("hta", reason="HolisticTraceAnalysis is part of the test extra")
-from hta.trace_analysis import TraceAnalysis
 
-# The repository's checkout lies beside shared/, on developers' machines and in CI.
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hta-gpu"
-RUNS = sorted(p for p in FIXTURES.glob("*") if p.is_dir()) if FIXTURES.is_dir() else []
-
-
-def hta_numbers(folder: Path, keep_last_step: bool) -> dict[int, dict[str, float]]:
-    analysis = TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=keep_last_step)
-    temporal = analysis.get_temporal_breakdown(visualize=False)
-    overlap = analysis.get_comm_comp_overlap(visualize=False)
-    numbers = {int(r["rank"]): {"idle_pct": r["idle_time_pctg"],
-                                "compute_pct": r["compute_time_pctg"],
-                                "non_compute_pct": r["non_compute_time_pctg"]}
-               for r in temporal.to_dict("records")}
-    for r in overlap.to_dict("records"):
-        numbers[int(r["rank"])]["overlap_pct"] = r["comp_comm_overlap_pctg"]
-    return numbers
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+REAL = ["hta-gpu/nccl-data", "hta-gpu/two-rank", "real-traces/hta-mtia-single-rank",
+        "real-traces/hta-simple-add", "real-traces/tracelens-b200-eager-ws8",
+        "real-traces/tracelens-h100-bert-small", "real-traces/tracelens-h100-qwen1.5-0.5b"]
+HERE = Path(__file__).resolve().parent
 
 
-@pytest.mark.skipif(not RUNS, reason=f"no GPU fixtures at {FIXTURES}")
+def synthetic_gpu_run(folder: Path, seed: int, ranks: int = 2) -> Path:
+    """Ranks of a made-up NCCL job with float-ns timestamps: three ProfilerSteps, each with
+    compute kernels (many under 1 µs), NCCL all-reduces on a second stream, memcpys and a GPU
+    sync, every kernel launched from the host with a correlation id."""
+    rng = np.random.default_rng(seed)
+    for rank in range(ranks):
+        events, correlation, t = [], 0, 1000.0 + rng.uniform(0, 5)
+        for step in range(3):
+            step_start = t
+            for _ in range(60):
+                correlation += 1
+                launch = t + rng.uniform(0.5, 3)
+                events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                               "pid": 1, "tid": 1, "ts": round(launch, 3), "dur": 1.234,
+                               "args": {"correlation": correlation}})
+                kind = rng.choice(["gemm", "tiny", "nccl", "memcpy"], p=[.4, .35, .15, .1])
+                start = launch + rng.uniform(1, 40)
+                duration = {"gemm": rng.uniform(2, 30), "tiny": rng.uniform(0.1, 1.2),
+                            "nccl": rng.uniform(5, 60), "memcpy": rng.uniform(0.5, 4)}[kind]
+                name = {"gemm": "sm90_xmma_gemm_bf16", "tiny": "vectorized_elementwise_kernel",
+                        "nccl": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                        "memcpy": "Memcpy DtoD (Device -> Device)"}[kind]
+                stream = 20 if kind == "nccl" else 7
+                events.append({"ph": "X", "cat": "gpu_memcpy" if kind == "memcpy" else "kernel",
+                               "name": name, "pid": 0, "tid": stream,
+                               "ts": round(start, 3), "dur": round(duration, 3),
+                               "args": {"stream": stream, "correlation": correlation}})
+                t = launch + 1.5
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                           "pid": 1, "tid": 1, "ts": round(step_start, 3),
+                           "dur": round(t - step_start, 3), "args": {}})
+        write_trace(folder / f"rank{rank}.json", events, rank=rank, world_size=ranks,
+                    backend="nccl")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> list[Path]:
+    made = tmp_path_factory.mktemp("synthetic")
+    real = [SHARED / name for name in REAL if (SHARED / name).is_dir()]
+    return real + [synthetic_gpu_run(made / f"seed{seed}", seed) for seed in (1, 2, 3)]
+
+
+def run_hta(folders: list[Path], disable_rounding: bool, keep_last_step: bool = False) -> dict:
+    env = {**os.environ, "HTA_DISABLE_NS_ROUNDING": "1" if disable_rounding else "0"}
+    flags = ["--keep-last-step"] if keep_last_step else []
+    result = subprocess.run([sys.executable, str(HERE / "hta_reference.py"),
+                             *map(str, folders), *flags], capture_output=True, text=True,
+                            env=env, timeout=600, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def ours(folder: Path, **options) -> dict[int, dict[str, float | None]]:
+    analysis = analyze_paths([folder], AnalysisOptions(jobs=1, **options))
+    assert not analysis.errors, analysis.errors
+    [run] = analysis.runs
+    return {r.rank: {"compute_pct": r.breakdown.compute_pct,
+                     "non_compute_pct": r.breakdown.non_compute_pct,
+                     "idle_pct": r.breakdown.idle_pct, "overlap_pct": r.breakdown.overlap_pct,
+                     "window_us": r.breakdown.window_us} for r in run.ranks}
+
+
+def compare(expected: dict, got: dict, tolerance_pp: float, label: str) -> None:
+    assert set(map(int, expected)) == set(got), label
+    for rank, numbers in expected.items():
+        for metric, value in numbers.items():
+            if metric == "window_us":
+                # float64 resolves ~2e-4 µs at Kineto's epoch timestamps (1.7e12 µs)
+                assert got[int(rank)][metric] == pytest.approx(value, abs=1e-3), (
+                    label, rank, metric)
+            elif value is None:
+                assert got[int(rank)][metric] in (None, 0.0), (label, rank, metric)
+            else:
+                assert got[int(rank)][metric] == pytest.approx(value, abs=tolerance_pp), (
+                    label, rank, metric)
+
+
 @pytest.mark.parametrize("keep_last_step", [False, True], ids=["drop-last", "keep-last"])
-@pytest.mark.parametrize("folder", RUNS, ids=[p.name for p in RUNS])
-def test_native_equals_hta_on_real_gpu_traces(folder, keep_last_step):
-    expected = hta_numbers(folder, keep_last_step)
-    [run] = analyze_paths([folder], keep_last_step=keep_last_step, jobs=1).runs
-    assert {r.rank for r in run.ranks} == set(expected)
-    for rank in run.ranks:
-        assert rank.kind == "gpu"
-        b = rank.breakdown
-        got = {"idle_pct": b.idle_pct, "compute_pct": b.compute_pct,
-               "non_compute_pct": b.non_compute_pct, "overlap_pct": b.overlap_pct}
-        for metric, value in expected[rank.rank].items():
-            assert got[metric] == pytest.approx(value, abs=0.1), (rank.rank, metric)
+def test_default_equals_hta_without_rounding(folders, keep_last_step):
+    reference = run_hta(folders, disable_rounding=True, keep_last_step=keep_last_step)
+    for folder in folders:
+        entry = reference[str(folder)]
+        assert "error" not in entry, (folder, entry)
+        compare(entry["ranks"], ours(folder, keep_last_step=keep_last_step), 0.05,
+                f"{folder.name} exact")
 
 
-@pytest.mark.skipif(not RUNS, reason=f"no GPU fixtures at {FIXTURES}")
-def test_hta_engine_reports_htas_numbers(tmp_path):
-    folder = RUNS[0]
-    [run] = analyze_paths([folder], engine="hta", jobs=1).runs
-    expected = hta_numbers(folder, keep_last_step=False)
+@pytest.mark.parametrize("keep_last_step", [False, True], ids=["drop-last", "keep-last"])
+def test_hta_compat_equals_hta_defaults(folders, keep_last_step):
+    reference = run_hta(folders, disable_rounding=False, keep_last_step=keep_last_step)
+    failed = []
+    for folder in folders:
+        entry = reference[str(folder)]
+        if "error" in entry:   # HTA's rounding breaks its own assertion on some ns traces
+            failed.append(folder.name)
+            continue
+        compare(entry["ranks"], ours(folder, keep_last_step=keep_last_step, hta_compat=True),
+                0.1, f"{folder.name} compat")
+    # only the trace HTA is known to fail on (README of the shared fixtures)
+    assert set(failed) <= {"tracelens-h100-qwen1.5-0.5b"}, failed
+
+
+def test_rounding_moves_the_numbers_on_ns_traces(folders):
+    """The two modes differ where timestamps are float ns: the test would be empty if not."""
+    synthetic = [f for f in folders if f.name.startswith("seed")]
+    exact = ours(synthetic[0])
+    rounded = ours(synthetic[0], hta_compat=True)
+    assert abs(exact[0]["compute_pct"] - rounded[0]["compute_pct"]) > 0.5
+
+
+@pytest.mark.skipif(not (SHARED / "hta-gpu" / "two-rank").is_dir(), reason="no fixtures")
+def test_hta_engine_reports_htas_numbers():
+    folder = SHARED / "hta-gpu" / "two-rank"
+    [run] = analyze_paths([folder], AnalysisOptions(engine="hta", jobs=1)).runs
+    expected = run_hta([folder], disable_rounding=False)[str(folder)]["ranks"]
     for rank in run.ranks:
-        # HTA rounds its percentages to 2 decimals; the engine passes its µs through
-        assert rank.breakdown.idle_pct == pytest.approx(expected[rank.rank]["idle_pct"],
-                                                        abs=0.005)
-        assert rank.breakdown.overlap_pct == pytest.approx(expected[rank.rank]["overlap_pct"])
+        numbers = expected[str(rank.rank)]
+        assert rank.breakdown.idle_pct == pytest.approx(numbers["idle_pct"], abs=1e-9)
+        # HTA rounds its overlap percentage to 2 decimals
+        assert rank.breakdown.overlap_pct == pytest.approx(numbers["overlap_pct"], abs=0.005)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from trace_builders import kernel, launch, span, step, write_trace
+from trace_builders import analyze_one, kernel, launch, span, step, write_trace
 
-from ddpprof.analysis import analyze_paths, analyze_trace, rank_row, run_row
+from ddpprof.analysis import analyze_paths, rank_row, run_row
 from ddpprof.metrics import intervals as iv
-from ddpprof.trace.classify import Kind, kernel_kind
+from ddpprof.trace.classify import KernelClassifier, Kind
 from ddpprof.trace.loader import load
+
+analyze_trace = analyze_one
 
 
 def test_union_merges_overlapping_nested_and_touching_intervals():
@@ -40,7 +42,31 @@ def test_intersect_and_subtract():
     ("sm90_xmma_gemm_f32f32_tf32f32", Kind.COMPUTE),
 ])
 def test_kernel_kinds_follow_hta(name, kind):
-    assert kernel_kind(name) is kind
+    assert KernelClassifier().kind(name) is kind
+    assert KernelClassifier(hta_compat=True).kind(name) is kind
+
+
+@pytest.mark.parametrize("name", [
+    "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)",
+    "void deep_ep::internode_ll::combine<false>(void*, int*)",
+    "void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int)",
+    "nvshmemi_transfer_rma_kernel", "void nvshmem_barrier_all_kernel()",
+    "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)",
+    "void vllm::cross_device_reduce_2stage<float, 4>(vllm::RankData*)",
+    "rcclGenericKernel", "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)",
+    "void mscclpp::allreduce6<__half>(...)",
+])
+def test_other_communication_libraries_are_communication(name):
+    assert KernelClassifier().kind(name) is Kind.COMMUNICATION
+    # HTA knows only NCCL's names; --hta-compat counts the rest as it does
+    expected = Kind.COMMUNICATION if name.startswith("nccl") else Kind.COMPUTE
+    assert KernelClassifier(hta_compat=True).kind(name) is expected
+
+
+def test_user_patterns_add_communication():
+    name = "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>"
+    assert KernelClassifier().kind(name) is Kind.COMPUTE   # as HTA and TraceLens count it
+    assert KernelClassifier(["multimem_all_reduce"]).kind(name) is Kind.COMMUNICATION
 
 
 def cpu_trace_events(with_comm: bool = True) -> list[dict]:
@@ -85,7 +111,7 @@ def test_cpu_breakdown_by_hand(tmp_path):
     assert stats.bytes_per_call == (100 * 4 + 50 * 4) / 2
     assert stats.algbw_gbps == pytest.approx(600 / 68e-6 / 1e9)
     assert stats.busbw_gbps == pytest.approx(stats.algbw_gbps * 2 * (2 - 1) / 2)
-    row = rank_row(result)
+    row = rank_row(result).to_dict()
     assert row["all_reduce_calls_per_step"] == 1.0
     assert row["all_reduce_ms_per_step"] == pytest.approx(0.034)
     assert row["exposed_comm_ms_per_step"] == pytest.approx(0.019)
@@ -114,12 +140,11 @@ def test_cpu_per_step(tmp_path):
     trace = load(write_trace(tmp_path / "rank0.json", cpu_trace_events()))
     first, second = analyze_trace(trace, drop_last_step=True, per_step=True).per_step
     # step 0: C = 30, (K ∪ W) \ C = [40,80) = 40, K = 28 with no overlap
-    assert (first["step"], first["compute_pct"], first["non_compute_pct"]) == (
-        "ProfilerStep#0", 30.0, 40.0)
-    assert first["overlap_pct"] == 0.0
+    one, two = first.breakdown, second.breakdown
+    assert (first.step, one.compute_pct, one.non_compute_pct) == ("ProfilerStep#0", 30.0, 40.0)
+    assert one.overlap_pct == 0.0
     # step 1: C = 40, non-compute [150,160) = 10, overlap 30 / 40
-    assert (second["compute_pct"], second["non_compute_pct"], second["overlap_pct"]) == (
-        40.0, 10.0, 75.0)
+    assert (two.compute_pct, two.non_compute_pct, two.overlap_pct) == (40.0, 10.0, 75.0)
 
 
 def gpu_trace_events(fractional: bool = False) -> list[dict]:
@@ -161,12 +186,33 @@ def test_gpu_keeping_the_last_step(tmp_path):
     assert (b.window_us, b.idle_us, b.compute_us, b.non_compute_us) == (150, 45, 70, 35)
 
 
-def test_gpu_nanosecond_traces_are_snapped_inward_like_hta(tmp_path):
-    # sgemm [20.4, 60.4) becomes [21, 60): compute 39 + 10, overlap |[50,60)| = 10 still
+def test_gpu_nanosecond_traces_are_exact_by_default(tmp_path):
+    # sgemm [20.4, 60.4): window 170 - 20.4, compute 40 + 10, overlap |[50,60.4)| / 40
     trace = load(write_trace(tmp_path / "rank0.json", gpu_trace_events(fractional=True)))
     b = analyze_trace(trace, drop_last_step=True).breakdown
+    assert (b.window_us, b.compute_us) == (pytest.approx(149.6), pytest.approx(50))
+    assert b.overlap_pct == pytest.approx(100 * 10.4 / 40)
+
+
+def test_hta_compat_snaps_nanosecond_traces_inward_like_hta(tmp_path):
+    # sgemm [20.4, 60.4) becomes [21, 60): compute 39 + 10, overlap |[50,60)| = 10 still
+    trace = load(write_trace(tmp_path / "rank0.json", gpu_trace_events(fractional=True)))
+    b = analyze_trace(trace, drop_last_step=True, hta_compat=True).breakdown
     assert (b.window_us, b.compute_us) == (149, 49)
     assert b.overlap_pct == 25.0
+
+
+def test_hta_compat_keeps_htas_negative_sub_microsecond_groups(tmp_path):
+    # HTA rounds a 0.6 µs kernel at [30.2, 30.8) to [31, 30): a group of length -1 that it
+    # sums. Isolated, between sgemm [20, 25) and sgemm [40, 50): busy = 5 - 1 + 10 = 14.
+    events = [launch(1, 1), launch(2, 2), launch(3, 3),
+              kernel("sgemm", 20, 25, 1), kernel("tiny", 30.2, 30.8, 2),
+              kernel("sgemm", 40, 50, 3)]
+    trace = load(write_trace(tmp_path / "rank0.json", events))
+    hta = analyze_trace(trace, hta_compat=True).breakdown
+    assert (hta.window_us, hta.compute_us, hta.idle_us) == (30, 14, 16)
+    exact = analyze_trace(trace).breakdown
+    assert (exact.window_us, exact.compute_us) == (30, pytest.approx(15.6))
 
 
 def test_run_summary_mean_min_max_and_straggler(tmp_path):
@@ -176,8 +222,63 @@ def test_run_summary_mean_min_max_and_straggler(tmp_path):
     slow = [*cpu_trace_events(), span("aten::extra", 45, 55)]
     write_trace(run / "rank1.json", slow, rank=1)
     [result] = analyze_paths([run]).runs
-    row = run_row(result)
-    assert row["ranks"] == 2 and row["missing_ranks"] == []
+    row = run_row(result).to_dict()
+    assert row["ranks"] == 2 and row["missing_ranks"] is None
     assert row["compute_pct_min"] == 35.0 and row["compute_pct_max"] == 40.0
     assert row["compute_pct"] == 37.5
     assert row["straggler_rank"] == 1
+
+
+def test_bus_bandwidth_uses_each_calls_own_group_size():
+    from ddpprof.metrics.comm import CollectiveCalls, collective_stats, message_bytes
+
+    # 1 MB all-reduce in a group of 2 (factor 1) and in a group of 8 (factor 1.75), 10 µs each
+    calls = CollectiveCalls(kind=["all_reduce", "all_reduce"], start_us=np.array([0., 20.]),
+                            end_us=np.array([10., 30.]), size_bytes=[10**6, 10**6],
+                            group_size=[2, 8], group=["dp", "world"], sequence=[None, None])
+    stats = collective_stats(calls)["all_reduce"]
+    assert stats.algbw_gbps == pytest.approx(2e6 / 20e-6 / 1e9)
+    assert stats.busbw_gbps == pytest.approx((1e6 * 1 + 1e6 * 1.75) / 20e-6 / 1e9)
+    # nccl-tests' size of an all-gather is the gathered buffer
+    assert message_bytes("all_gather", 100, None, 8) == 800
+    assert message_bytes("all_gather", 100, 800, 8) == 800
+    assert message_bytes("reduce_scatter", 800, 100, 8) == 800
+
+
+def test_group_size_comes_from_the_process_group_when_the_kernel_does_not_say(tmp_path):
+    events = [launch(1, 1), kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10, 20, 1,
+                                   **{"Collective name": "allreduce", "In msg nelems": 250,
+                                      "dtype": "Float", "Process Group Name": "7"})]
+    path = tmp_path / "rank0.json"
+    path.write_text(__import__("json").dumps({"traceEvents": events, "distributedInfo": {
+        "rank": 0, "world_size": 16, "pg_config": [
+            {"pg_name": "7", "pg_size": 4, "ranks": [0, 1, 2, 3]}]}}))
+    stats = analyze_trace(load(path)).collectives["all_reduce"]
+    # 1000 B in 10 µs = 0.1 GB/s, × 2·3/4 for a group of 4 (not 16)
+    assert stats.busbw_gbps == pytest.approx(0.1 * 1.5)
+
+
+def test_gloo_reduce_scatter_is_named_by_the_op_that_issued_it(tmp_path):
+    """gloo runs a reduce-scatter as an all-reduce and names its span gloo:all_reduce; the
+    training thread's c10d op says what it was."""
+    shapes = {"Input Dims": [[1000]], "Input type": ["float"]}
+    events = [step(0, 0, 100), step(1, 100, 200),
+              span("c10d::_reduce_scatter_base_", 10, 12), span("c10d::_allgather_base_", 50, 52),
+              span("gloo:all_reduce", 12, 40, cat="user_annotation", tid=5, **shapes),
+              span("gloo:all_gather", 52, 60, cat="user_annotation", tid=6,
+                   **{"Input Dims": [[500]], "Input type": ["float"]})]
+    result = analyze_trace(load(write_trace(tmp_path / "rank0.json", events)))
+    assert set(result.collectives) == {"reduce_scatter", "all_gather"}
+    assert result.collectives["reduce_scatter"].bytes_per_call == 4000
+    assert result.collectives["all_gather"].bytes_per_call == 500 * 4 * 2   # gathered buffer
+
+
+def test_fsdp_all_gather_spans_are_waits_not_compute(tmp_path):
+    events = [step(0, 0, 100), step(1, 100, 200),
+              span("FSDP::pre_forward (0)", 0, 90, cat="user_annotation"),
+              span("FSDP::all_gather (0)", 0, 50, cat="user_annotation"),
+              span("FSDP::all_gather_copy_out (0)", 50, 60, cat="user_annotation"),
+              span("aten::mm", 60, 90)]
+    b = analyze_trace(load(write_trace(tmp_path / "rank0.json", events))).breakdown
+    # compute: pre_forward minus the all-gather wait = [50, 90); non-compute: the wait
+    assert (b.compute_us, b.non_compute_us, b.idle_us) == (40, 50, 10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -10,8 +11,12 @@ from pathlib import Path
 import pytest
 from trace_builders import span, step, write_trace
 
-from ddpprof.analysis import analyze_paths
+from ddpprof.analysis import AnalysisOptions, analyze_paths
+from ddpprof.findings import findings
 from ddpprof.report.html import render_report
+from ddpprof.variants import VARIANT_NAMES
+
+TIMELINE = AnalysisOptions(timeline=True)
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -35,25 +40,25 @@ def two_runs(root: Path) -> Path:
 
 
 def test_report_is_one_offline_file(tmp_path):
-    analysis = analyze_paths([two_runs(tmp_path / "runs")], timeline=True)
+    analysis = analyze_paths([two_runs(tmp_path / "runs")], TIMELINE)
     page = render_report(analysis, "t")
     assert len(re.findall(r"plotly\.js v\d", page)) == 1  # plotly.js inlined exactly once
     assert not re.search(r"<script[^>]+src=|<link[^>]+href=\"?https?:", page)  # nothing fetched
     assert len(page.encode()) < 10 * 1024 * 1024
-    assert 'data-figures="7"' in page  # 5 charts + one timeline per run
+    assert 'data-figures="8"' in page  # 5 charts + one timeline per run + the ddp buckets
     assert "Overlap %" in page and "Metric definitions" in page
     # the comparison table: one row per run, sortable by value
     assert page.count('<td data-value="ddp">') == 1 and page.count('<td data-value="single">') == 1
 
 
 def test_timeline_has_one_bar_per_collective(tmp_path):
-    analysis = analyze_paths([two_runs(tmp_path / "runs")], timeline=True)
+    analysis = analyze_paths([two_runs(tmp_path / "runs")], TIMELINE)
     ddp = next(run for run in analysis.runs if run.name == "ddp")
     for rank in ddp.ranks:
         # the middle analyzed step of steps 0 and 1 is step 1: [100, 200)
-        assert rank.timeline["step"] == "ProfilerStep#1"
-        assert [(b["start"], b["end"]) for b in rank.timeline["comm"]] == [(40, 70), (75, 90)]
-        assert rank.timeline["compute"] == [[5.0, 60.0]]
+        assert rank.timeline.step == "ProfilerStep#1"
+        assert [(b.start_us, b.end_us) for b in rank.timeline.comm] == [(40, 70), (75, 90)]
+        assert rank.timeline.compute == [(5.0, 60.0)]
 
 
 def test_cli_writes_reports_name_html_by_default(tmp_path, ddpprof_cli):
@@ -67,8 +72,10 @@ def test_cli_writes_reports_name_html_by_default(tmp_path, ddpprof_cli):
                                             "(scripts/test.sh installs Debian's chromium)")
 def test_report_renders_in_a_real_browser(tmp_path):
     page = tmp_path / "report.html"
-    page.write_text(render_report(analyze_paths([two_runs(tmp_path / "runs")], timeline=True),
-                                  "browser test"))
+    analysis = analyze_paths([two_runs(tmp_path / "runs")], TIMELINE)
+    advice = findings(analysis.runs)
+    assert advice   # the page opens with them
+    page.write_text(render_report(analysis, "browser test", advice))
     flags = [*BROWSER_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([BROWSER, *flags, "--enable-logging=stderr", "--v=0", "--dump-dom",
                           page.as_uri()], capture_output=True, text=True, timeout=120)
@@ -78,7 +85,8 @@ def test_report_renders_in_a_real_browser(tmp_path):
     assert "Uncaught" not in dom.stderr
     expected = int(re.search(r'data-figures="(\d+)"', dom.stdout).group(1))
     rendered = dom.stdout.count('class="plotly-graph-div js-plotly-plot"')
-    assert rendered == expected == 7
+    assert rendered == expected == 8
+    assert "What to change" in dom.stdout
     assert dom.stdout.count('class="main-svg"') >= expected  # plotly drew each one
     screenshot = Path(__file__).resolve().parent.parent / "reports" / "browser-test.png"
     shot = subprocess.run([BROWSER, *flags, f"--screenshot={screenshot}", page.as_uri()],
@@ -93,5 +101,38 @@ def test_report_of_every_recorded_variant(all_variants, tmp_path, ddpprof_cli):
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "all.html").read_text()
     assert len(page.encode()) < 10 * 1024 * 1024
-    assert 'data-figures="12"' in page  # 5 charts + 7 timelines
-    assert ("Speedup vs single" in page and "2.13" in page) or "torch" in page
+    analyzed = ddpprof_cli("analyze", str(out), "--json", str(tmp_path / "all.json"))
+    runs = json.loads((tmp_path / "all.json").read_text())["runs"]
+    with_buckets = sum(1 for run in runs if run["buckets"])
+    assert analyzed.returncode == 0 and len(runs) == len(VARIANT_NAMES) and with_buckets >= 6
+    # 5 charts and the memory chart, a timeline per run, a bucket chart per run with
+    # all-reduces
+    assert f'data-figures="{6 + len(runs) + with_buckets}"' in page
+    assert "Memory per rank, measured (solid) and estimated (hatched)" in page
+    version = json.loads((out / "single" / "run.json").read_text())["config"]["torch_version"]
+    assert f"<dt>torch</dt><dd>{version}</dd>" in page
+    # every run has a speedup against single, whose own is 1 by definition
+    comparison = page[page.index('<table id="comparison">'):]
+    rows = re.findall(r"<tr>(.*?)</tr>", comparison[:comparison.index("</table>")])[1:]
+    speedups = {re.search(r">([a-z0-9_]+)</td>", row).group(1):
+                re.findall(r'data-value="([^"]*)"', row)[-1] for row in rows}
+    assert len(speedups) == len(VARIANT_NAMES) and all(speedups.values())
+    assert float(speedups["single"]) == pytest.approx(1.0)
+
+
+def test_per_rank_view_shows_wait_and_transfer(tmp_path):
+    for rank, late in ((0, 0), (1, 10)):
+        write_trace(tmp_path / "skew" / f"rank{rank}.json", [
+            step(0, 0, 100), step(1, 100, 200),
+            span("gloo:all_reduce", 20 + late, 50, cat="user_annotation", tid=2,
+                 **{"Input Dims": [[10]], "Input type": ["float"]})], rank=rank)
+    page = render_report(analyze_paths([tmp_path / "skew"], TIMELINE), "skew")
+    table = page[page.index('<table class="per-rank">'):]
+    table = table[:table.index("</table>")]
+    # rank 0 waits 10 µs of its 30 (0.01 ms), rank 1 caused it and is marked
+    rows = re.findall(r"<tr( class=\"slowest\")?><td>(\d)</td>(.*?)</tr>", table)
+    assert [(cls, rank) for cls, rank, _ in rows] == [("", "0"), (' class="slowest"', "1")]
+    cells = re.findall(r"<td>([^<]*)</td>", rows[0][2])
+    # transfer, wait, caused (ms per step); no run.json, so no memory
+    assert cells[-5:] == ["0.02", "0.01", "0.00", "-", "-"]
+    assert "made the others wait the most: rank 1" in page

@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import gc
+
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from ddpprof.variants import VARIANT_NAMES, make_variant
+from ddpprof.variants import VARIANT_NAMES, VARIANTS, make_variant, variant_class
 from ddpprof.variants.bucket_ddp_async import BucketDDPAsync, assign_buckets
-from workloads.data import SyntheticImages
-from workloads.models import build_model
+from ddpprof.variants.zero1 import Piece, shard_pieces
+from workloads.data import SyntheticImages, shard
+from workloads.models import build_model, compute_loss
 from workloads.train import train
 
-WORLD_SIZE = 2
-GLOBAL_BATCH = 16
+GLOBAL_BATCH = 12  # divisible by 2 and 3 ranks times 2 micro-steps
 STEPS = 3
+# AdamW with weight decay: a parameter handed a zero gradient instead of none would still move.
+ADAMW = {"lr": 0.01, "weight_decay": 0.1, "eps": 1e-4}
 
 
 class PartlyUnused(nn.Module):
-    """``skipped`` never receives a gradient: a step must neither hang nor go wrong."""
+    """``skipped`` never receives a gradient on any rank: a step must neither hang nor touch it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -30,62 +35,144 @@ class PartlyUnused(nn.Module):
         return self.body(x)
 
 
-def _train_flat(variant: str, make_module, grad_accum: int, rank: int, world_size: int,
-                bucket_cap_mb: float) -> torch.Tensor:
-    # Ranks start from different weights: the variant's broadcast has to make them agree.
-    torch.manual_seed(rank)
-    module = make_module()
-    model = make_variant(variant, module, bucket_cap_mb=bucket_cap_mb)
-    # SGD: the update is linear in the gradient, so parameters differ only by float rounding.
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    train(model, optimizer, SyntheticImages(n_samples=128), steps=STEPS,
-          global_batch=GLOBAL_BATCH, grad_accum=grad_accum, rank=rank, world_size=world_size,
-          device=torch.device("cpu"))
-    return torch.cat([p.detach().flatten() for p in module.parameters()])
+class UsedOnRankZero(PartlyUnused):
+    """``skipped`` contributes on rank 0 only: every rank must still apply rank 0's gradient."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.body(x)
+        return out + self.skipped(x) if dist.get_rank() == 0 else out
 
 
 def _mlp() -> nn.Module:
     return build_model("mlp-tiny")[0]
 
 
-CASES = [(name, make, k, cap)
-         for name in VARIANT_NAMES[1:]
-         for make in (_mlp, PartlyUnused)
-         for k in (1, 2)
-         # 25 MiB: one bucket; 0.01 MiB: several, closed mid-layer-list
-         for cap in ((25.0, 0.01) if name == "bucket_ddp_async" else (25.0,))
-         if not (name == "pytorch_ddp" and make is PartlyUnused)]  # needs find_unused_parameters
+def _build(variant: str, make, rank: int, bucket_cap_mb: float):
+    # Ranks start from different weights: the variant's broadcast has to make them agree.
+    torch.manual_seed(rank)
+    module = make()
+    if make is not _mlp and VARIANTS[variant].ddp_options:
+        return variant_class(variant)(module, bucket_cap_mb=bucket_cap_mb,
+                                      find_unused_parameters=True)
+    return make_variant(variant, module, bucket_cap_mb=bucket_cap_mb)
 
 
-def _worker(rank: int, init_file: str, results: dict) -> None:
+def _train(variant: str, make, grad_accum: int, rank: int, world_size: int,
+           bucket_cap_mb: float = 25.0):
+    model = _build(variant, make, rank, bucket_cap_mb)
+    optimizer = model.make_optimizer(torch.optim.AdamW, **ADAMW)
+    data = SyntheticImages(n_samples=64)
+    train(model, optimizer, data, steps=STEPS, global_batch=GLOBAL_BATCH,
+          grad_accum=grad_accum, rank=rank, world_size=world_size, device=torch.device("cpu"))
+    return model, data
+
+
+def _flat(model) -> torch.Tensor:
+    return torch.cat([p.flatten() for p in model.full_parameters()])
+
+
+def _skipped_grads_after_a_sync(model, data, rank: int, world_size: int) -> list:
+    """Run one more micro-step and its sync: the gradients the optimizer would then read for
+    ``skipped`` (for zero1/zero2, those of the pieces of it that this rank updates)."""
+    batch = shard(data.global_batch(STEPS, GLOBAL_BATCH), rank, world_size)
+    compute_loss(model, batch).backward()
+    model.finish_gradient_sync()
+    skipped = {id(p) for name, p in model.named_parameters() if ".skipped." in name}
+    assert len(skipped) == 2
+    if hasattr(model, "shards"):
+        return [param.grad for bucket in model.shards for piece, param in bucket.mine
+                if id(bucket.params[piece.position]) in skipped]
+    return [p.grad for name, p in model.named_parameters() if id(p) in skipped]
+
+
+def _cases() -> list[tuple[str, object, int, float]]:
+    cases = []
+    for name in VARIANT_NAMES[1:]:
+        # 25 MiB: one bucket; 0.01 MiB: several, closed mid-layer-list (and mid-shard)
+        caps = (25.0, 0.01) if VARIANTS[name].bucketed and "pytorch" not in name else (25.0,)
+        cases += [(name, make, k, cap) for make in (_mlp, PartlyUnused) for k in (1, 2)
+                  for cap in caps]
+    return cases
+
+
+CASES = _cases()
+# The used flags travel with the bucketed hand-written variants' collectives; the others assume
+# every rank runs the same graph (the hook variants must, FSDP2 does), and DDP finds it itself.
+RANK_DEPENDENT = ["bucket_ddp_async", "zero1", "zero2", "pytorch_ddp", "pytorch_zero1"]
+
+
+def _initial_skipped() -> torch.Tensor:
+    """``skipped`` as every run starts it: rank 0's weights, broadcast."""
+    torch.manual_seed(0)
+    return torch.cat([p.detach().flatten() for p in PartlyUnused().skipped.parameters()])
+
+
+def _compare(model, reference: torch.Tensor | None) -> dict:
+    got = _flat(model)
+    gathered = [torch.empty_like(got) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, got)
+    skipped = torch.cat([p.flatten() for p in model.full_parameters()][-2:])
+    return {"vs_single": None if reference is None else (got - reference).abs().max().item(),
+            "across_ranks": max((g - got).abs().max().item() for g in gathered),
+            "skipped_moved": not torch.equal(skipped, _initial_skipped())}
+
+
+def _case(index: int, rank: int, world_size: int, references: dict) -> dict:
+    name, make, k, cap = CASES[index]
+    if (make, k) not in references:
+        references[make, k] = _flat(_train("single", make, k, rank=0, world_size=1)[0])
+    model, data = _train(name, make, k, rank, world_size, cap)
+    result = _compare(model, references[make, k])
+    if make is PartlyUnused:
+        result["skipped_grads"] = [g is None for g in
+                                   _skipped_grads_after_a_sync(model, data, rank, world_size)]
+    return result
+
+
+def _worker(rank: int, world_size: int, init_file: str, results: dict) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=WORLD_SIZE)
+                            world_size=world_size)
+    torch.set_num_threads(1)
     try:
-        for index, (name, make, k, cap) in enumerate(CASES):
-            reference = _train_flat("single", make, k, rank=0, world_size=1, bucket_cap_mb=cap)
-            got = _train_flat(name, make, k, rank=rank, world_size=WORLD_SIZE, bucket_cap_mb=cap)
-            gathered = [torch.empty_like(got) for _ in range(WORLD_SIZE)]
-            dist.all_gather(gathered, got)
-            if rank == 0:
-                results[index] = ((got - reference).abs().max().item(),
-                                  (gathered[0] - gathered[1]).abs().max().item())
+        references: dict = {}
+        for index in range(len(CASES)):
+            results[world_size, rank, index] = _case(index, rank, world_size, references)
+        for name in RANK_DEPENDENT:
+            results[world_size, rank, name] = _compare(
+                _train(name, UsedOnRankZero, 1, rank, world_size, 0.01)[0], None)
     finally:
+        # The variants' hooks make reference cycles; collect them while the interpreter is
+        # whole (see workloads/train.py's main).
+        gc.collect()
         dist.destroy_process_group()
 
 
-def test_every_variant_matches_single_and_ranks_agree(tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [2, 3])  # 3: shards of unequal content, padded
+def test_every_variant_matches_single_and_ranks_agree(tmp_path, world_size):
     results = mp.Manager().dict()
-    mp.spawn(_worker, args=(str(tmp_path / "init"), results), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_worker, args=(world_size, str(tmp_path / "init"), results), nprocs=world_size,
+             join=True)
     failures = []
     for index, (name, make, k, cap) in enumerate(CASES):
-        vs_single, across_ranks = results[index]
         label = f"{name} grad_accum={k} model={make.__name__} cap={cap}"
-        if not vs_single <= 1e-5:
-            failures.append(f"{label}: differs from single by {vs_single:.3g}")
-        if across_ranks != 0.0:
-            failures.append(f"{label}: ranks differ by {across_ranks:.3g}")
+        for rank in range(world_size):
+            result = results[world_size, rank, index]
+            if not result["vs_single"] <= 1e-5:
+                failures.append(f"{label} rank {rank}: differs from single by "
+                                f"{result['vs_single']:.3g}")
+            if result["across_ranks"] != 0.0:
+                failures.append(f"{label}: ranks differ by {result['across_ranks']:.3g}")
+            if make is PartlyUnused and result["skipped_moved"]:
+                failures.append(f"{label} rank {rank}: the unused layer moved")
+            if make is PartlyUnused and not all(result["skipped_grads"]):
+                failures.append(f"{label} rank {rank}: the unused layer got a gradient")
+    for name in RANK_DEPENDENT:
+        for rank in range(world_size):
+            result = results[world_size, rank, name]
+            if result["across_ranks"] != 0.0 or not result["skipped_moved"]:
+                failures.append(f"{name} rank {rank}, layer used on rank 0 only: {result}")
     assert not failures, "\n".join(failures)
-    assert len(results) == len(CASES)
 
 
 def test_buckets_follow_reverse_order_and_close_at_cap():
@@ -103,17 +190,29 @@ def test_buckets_split_by_dtype():
     assert assign_buckets(params, cap_bytes=10**6) == [[0, 2], [1]]
 
 
+def test_shards_are_equal_and_padded_and_pieces_cover_each_parameter_once():
+    # 3 + 5 + 2 = 10 elements on 3 ranks: shards of ceil(10/3) = 4, [0,4) [4,8) [8,12),
+    # the last holding elements 8, 9 and two of padding.
+    shard_numel, pieces = shard_pieces([3, 5, 2], 3)
+    assert shard_numel == 4
+    assert pieces == [Piece(0, 0, 0, 3), Piece(1, 0, 3, 4), Piece(1, 1, 4, 8),
+                      Piece(2, 2, 8, 10)]
+    # fewer elements than ranks: one each, the rest padding
+    assert shard_pieces([2], 4) == (1, [Piece(0, 0, 0, 1), Piece(0, 1, 1, 2)])
+    assert shard_pieces([4, 4], 2) == (4, [Piece(0, 0, 0, 4), Piece(1, 1, 4, 8)])
+
+
 def test_buckets_launch_in_index_order_whatever_the_hook_order(tmp_path, monkeypatch):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0,
                             world_size=1)
     try:
         model = BucketDDPAsync(build_model("mlp-tiny")[0], bucket_cap_mb=0.005)
-        assert len(model.buckets) >= 3
+        assert len(model.buffers) >= 3
         launched: list[int] = []
         real_all_reduce = dist.all_reduce
 
         def spy(tensor, *args, **kwargs):
-            launched.append(next(i for i, b in enumerate(model.buckets) if b.buffer is tensor))
+            launched.append(next(i for i, b in enumerate(model.buffers) if b is tensor))
             return real_all_reduce(tensor, *args, **kwargs)
 
         monkeypatch.setattr(dist, "all_reduce", spy)
@@ -126,8 +225,60 @@ def test_buckets_launch_in_index_order_whatever_the_hook_order(tmp_path, monkeyp
             model._on_grad_ready(p)
         assert launched == [], "a bucket launched before the buckets ahead of it were ready"
         model._on_grad_ready(last)
-        assert launched == list(range(len(model.buckets)))
+        assert launched == list(range(len(model.buffers)))
         model.finish_gradient_sync()
-        assert launched == list(range(len(model.buckets)))  # nothing launched twice
+        assert launched == list(range(len(model.buffers)))  # nothing launched twice
+    finally:
+        dist.destroy_process_group()
+
+
+# The c10d op each collective kind is recorded as, on the training thread.
+C10D_OPS = {"all_reduce": "c10d::allreduce_", "reduce_scatter": "c10d::_reduce_scatter_base_",
+            "all_gather": "c10d::_allgather_base_", "broadcast": "c10d::broadcast_"}
+
+
+@pytest.mark.slow
+def test_collectives_per_sync_is_what_each_step_of_the_trace_launches(all_variants):
+    """``collectives_per_sync`` in run.json against the c10d ops of every profiled step."""
+    import gzip
+    import json
+
+    out, _ = all_variants
+    for variant in VARIANT_NAMES:
+        claimed = json.loads((out / variant / "run.json").read_text())["config"][
+            "collectives_per_sync"]
+        with gzip.open(out / variant / "rank0.pt.trace.json.gz", "rt") as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+                 if e["name"].startswith("ProfilerStep#")]
+        assert len(steps) == 2
+        for start, end in steps:
+            seen = {kind: sum(e["name"] == op and start <= e["ts"] <= end for e in events)
+                    for kind, op in C10D_OPS.items()}
+            assert {k: n for k, n in seen.items() if n} == claimed, variant
+    # 1 MiB buckets of mlp-small: [b4 w4 b3 w3 b2 w2], then [b1 w1]; FSDP: 4 Linear layers
+    config = {v: json.loads((out / v / "run.json").read_text())["config"]
+              for v in ("zero1", "fsdp", "pytorch_zero1")}
+    assert config["zero1"]["collectives_per_sync"] == {"reduce_scatter": 2, "all_gather": 2}
+    assert config["fsdp"]["collectives_per_sync"] == {"all_gather": 8, "reduce_scatter": 4}
+    assert config["pytorch_zero1"]["collectives_per_sync"]["broadcast"] == 2
+
+
+@pytest.mark.parametrize(("variant", "keeps_full"), [("zero1", True), ("zero2", False)])
+def test_zero2_keeps_only_the_shard_of_the_gradients(tmp_path, variant, keeps_full):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0,
+                            world_size=1)
+    try:
+        model = make_variant(variant, build_model("mlp-tiny")[0], bucket_cap_mb=0.005)
+        assert len(model.shards) >= 3
+        optimizer = model.make_optimizer(torch.optim.AdamW)
+        batch = SyntheticImages(n_samples=8).global_batch(0, 8)
+        compute_loss(model, batch).backward()
+        model.finish_gradient_sync()
+        assert all((s.grad_input is not None) == keeps_full for s in model.shards)
+        # the shards the optimizer reads are there either way, autograd's copies are not
+        assert all(p.grad is not None for group in optimizer.param_groups
+                   for p in group["params"])
+        assert all(p.grad is None for p in model.module.parameters())
     finally:
         dist.destroy_process_group()

@@ -14,38 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-MNIST_FEATURES = 784
-MNIST_CLASSES = 10
-
-#: Layer widths, input to output. small/medium/large are seed 000's; its xlarge (8 layers, 52M)
-#: gives no widths, so this one adds a third 4096-wide layer to large: 51,993,098 parameters.
-MLP_WIDTHS: dict[str, list[int]] = {
-    "mlp-tiny": [MNIST_FEATURES, 64, 48, 32, MNIST_CLASSES],
-    "mlp-small": [MNIST_FEATURES, 1024, 512, 256, MNIST_CLASSES],
-    "mlp-medium": [MNIST_FEATURES, 2048, 2048, 1024, 512, MNIST_CLASSES],
-    "mlp-large": [MNIST_FEATURES, 4096, 4096, 2048, 2048, 1024, 512, MNIST_CLASSES],
-    "mlp-xlarge": [MNIST_FEATURES, 4096, 4096, 4096, 2048, 2048, 1024, 512, MNIST_CLASSES],
-}
-
-_SMOLLM2_COMMON = dict(
-    hidden_act="silu", rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
-    attention_bias=False, mlp_bias=False, bos_token_id=0, eos_token_id=0,
+from .configs import (  # noqa: F401  (re-exported: the definitions live there, torch-free)
+    MLP_WIDTHS,
+    MNIST_CLASSES,
+    MNIST_FEATURES,
+    MODEL_NAMES,
+    SMOLLM2_CONFIGS,
+    mlp_parameter_count,
 )
-#: The published SmolLM2 architectures (HuggingFaceTB/SmolLM2-135M and -360M config.json), and
-#: a tiny one of the same shape for tests.
-SMOLLM2_CONFIGS: dict[str, dict] = {
-    "smollm2-135m": dict(_SMOLLM2_COMMON, vocab_size=49152, hidden_size=576,
-                         intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                         num_key_value_heads=3, max_position_embeddings=8192),
-    "smollm2-360m": dict(_SMOLLM2_COMMON, vocab_size=49152, hidden_size=960,
-                         intermediate_size=2560, num_hidden_layers=32, num_attention_heads=15,
-                         num_key_value_heads=5, max_position_embeddings=8192),
-    "smollm2-tiny": dict(_SMOLLM2_COMMON, vocab_size=512, hidden_size=64,
-                         intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=512),
-}
-
-MODEL_NAMES: tuple[str, ...] = (*MLP_WIDTHS, *SMOLLM2_CONFIGS)
 
 
 @dataclass(frozen=True)
@@ -65,11 +41,6 @@ def build_mlp(widths: list[int]) -> nn.Sequential:
         if i < len(widths) - 2:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
-
-
-def mlp_parameter_count(widths: list[int]) -> int:
-    """Weights plus biases of each Linear layer: sum of (fan_in + 1) * fan_out."""
-    return sum((fan_in + 1) * fan_out for fan_in, fan_out in itertools.pairwise(widths))
 
 
 def build_model(name: str, model_path: str | Path | None = None) -> tuple[nn.Module, ModelInfo]:

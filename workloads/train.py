@@ -1,13 +1,23 @@
 """The profiled training loop that ``ddpprof record`` launches on every rank through torchrun.
 
-Each rank writes its Chrome trace as ``rank<r>.pt.trace.json.gz``; rank 0 writes
-``worker_result.json`` (per-step times and losses) for the launcher to fold into ``run.json``.
-A rank that fails writes ``.errors/rank<r>.json`` first, so the launcher can name it.
+    python -m workloads.train RUN_FOLDER/.config.json
+
+The one argument is the run configuration (``ddpprof.record.config.RunConfig``) that the
+launcher wrote into the run folder; everything is written beside it. Each rank writes its Chrome
+trace as ``rank<r>.pt.trace.json.gz``; rank 0 writes ``.worker_result.json`` (per-step times
+and losses) for the launcher to fold into ``run.json``. A rank that fails writes
+``.errors/rank<r>.json`` first, so the launcher can name it.
 """
 
 from __future__ import annotations
 
-import argparse
+if __name__ == "__main__":
+    # Before anything slow: die with torchrun, and stop now if it (or ddpprof) is already gone.
+    from ddpprof.record.process import die_with_launcher
+
+    die_with_launcher()
+
+import gc
 import os
 import platform
 import sys
@@ -17,49 +27,29 @@ from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
 
+import msgspec
 import torch
 import torch.distributed as dist
 
-from ddpprof.atomic import atomic_path, write_json_atomic
-from ddpprof.variants import VARIANT_NAMES, DataParallel, make_variant
+from ddpprof.atomic import atomic_path, write_text
+from ddpprof.manifest import BucketRecord
+from ddpprof.record.config import CONFIG_FILE, RunConfig
+from ddpprof.record.failure import ERRORS_DIR
+from ddpprof.record.measurements import WORKER_RESULT, WorkerResult
+from ddpprof.variants import make_variant
+from ddpprof.variants.base import DataParallel
 
 from .data import BatchSource, build_data, checkpoint_tokenizer, shard
-from .models import MODEL_NAMES, build_model, compute_loss, count_parameters
+from .memory import MemoryProbe, gather_figures
+from .models import build_model, compute_loss, count_parameters
 
 #: Test seam: "RANK:STEP" makes that rank raise at that step, to exercise failure handling.
 FAIL_AT_ENV = "DDPPROF_FAIL_AT"
-WORKER_RESULT = "worker_result.json"
 
 
 def trace_file_name(rank: int) -> str:
     # TensorBoard's profiler plugin lists files named <worker>.pt.trace.json(.gz).
     return f"rank{rank}.pt.trace.json.gz"
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--variant", choices=VARIANT_NAMES, required=True)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--model-path", type=Path)
-    parser.add_argument("--data", type=Path)
-    parser.add_argument("--tokenizer", type=Path)
-    parser.add_argument("--seq-len", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--global-batch", type=int, required=True)
-    parser.add_argument("--grad-accum", type=int, default=1)
-    parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
-    parser.add_argument("--gradient-as-bucket-view", action="store_true")
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    parser.add_argument("--timeout-s", type=float, default=300.0)
-    parser.add_argument("--wait", type=int, default=1)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--active", type=int, default=3)
-    parser.add_argument("--no-profile", dest="profile", action="store_false",
-                        help="time the steps without torch.profiler")
-    parser.add_argument("--out", type=Path, required=True, help="the run folder")
-    return parser.parse_args(argv)
 
 
 class StepClock:
@@ -121,13 +111,31 @@ def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSour
         model.finish_gradient_sync()
         if sync_clock:
             sync_clock.stop()
-        optimizer.step()
+        model.optimizer_step(optimizer)
         optimizer.zero_grad(set_to_none=True)
         if clock:
             clock.stop()
         losses.append(step_loss)
         on_step_end(step)
     return losses
+
+
+def bucket_records(model: DataParallel) -> list[BucketRecord] | None:
+    """``run.json``'s ``buckets``: each gradient collective's parameters, by name, with their
+    positions in the model's registration order and their gradient bytes."""
+    buckets = model.gradient_buckets()
+    if buckets is None:
+        return None
+    names = model.parameter_names()
+    position = {key: index for index, key in enumerate(names)}
+    records = []
+    for params in buckets:
+        sizes = [p.numel() * p.element_size() for p in params]
+        records.append(BucketRecord(
+            params=[names[id(p)] for p in params],
+            param_index=[position[id(p)] for p in params], param_bytes=sizes,
+            bytes=sum(sizes)))
+    return records
 
 
 def _planned_failure() -> tuple[int, int]:
@@ -151,28 +159,30 @@ def _device_name(device: torch.device) -> str:
     return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def run(args: argparse.Namespace) -> None:
-    distributed = args.variant != "single"
+def run(config: RunConfig, run_dir: Path) -> None:
+    distributed = config.variant != "single"
     rank = int(os.environ.get("RANK", 0)) if distributed else 0
     local_rank = int(os.environ.get("LOCAL_RANK", 0)) if distributed else 0
-    device = _device_for(args.backend, local_rank)
+    device = _device_for(config.backend, local_rank)
     if distributed:
-        dist.init_process_group(args.backend, timeout=timedelta(seconds=args.timeout_s),
+        dist.init_process_group(config.backend, timeout=timedelta(seconds=config.timeout_s),
                                 device_id=device if device.type == "cuda" else None)
     world_size = dist.get_world_size() if distributed else 1
+    grad_accum = config.grad_accum or 1
 
-    torch.manual_seed(args.seed + rank)  # the broadcast from rank 0 must make ranks agree
-    module, info = build_model(args.model, args.model_path)
+    torch.manual_seed(config.seed + rank)  # the broadcast from rank 0 must make ranks agree
+    module, info = build_model(config.model, config.model_path)
     module.to(device)
-    model = make_variant(args.variant, module, bucket_cap_mb=args.bucket_cap_mb,
-                         gradient_as_bucket_view=args.gradient_as_bucket_view)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    model = make_variant(config.variant, module, bucket_cap_mb=config.bucket_cap_mb,
+                         gradient_as_bucket_view=config.gradient_as_bucket_view)
+    optimizer = model.make_optimizer(torch.optim.AdamW, lr=config.lr)
+    memory = MemoryProbe(model, optimizer, device, sample_at_step=config.steps - 1)
     data = build_data(is_language_model=info.is_language_model, vocab_size=info.vocab_size,
-                      seq_len=args.seq_len, data_path=args.data,
-                      tokenizer_path=args.tokenizer or checkpoint_tokenizer(args.model_path),
-                      seed=args.seed)
+                      seq_len=config.seq_len, data_path=config.data,
+                      tokenizer_path=config.tokenizer or checkpoint_tokenizer(config.model_path),
+                      seed=config.seed)
 
-    trace_path = args.out / trace_file_name(rank)
+    trace_path = run_dir / trace_file_name(rank)
 
     def export_trace(prof: torch.profiler.profile) -> None:
         with atomic_path(trace_path) as tmp:
@@ -183,26 +193,29 @@ def run(args: argparse.Namespace) -> None:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     profiler = torch.profiler.profile(
         activities=activities,
-        schedule=torch.profiler.schedule(wait=args.wait, warmup=args.warmup, active=args.active,
-                                         repeat=1),
+        schedule=torch.profiler.schedule(wait=config.wait, warmup=config.warmup,
+                                         active=config.active, repeat=1),
         on_trace_ready=export_trace,
         record_shapes=True,
-    ) if args.profile else None
+        profile_memory=True,
+    ) if config.profile else None
 
     def on_step_end(step: int) -> None:
         if profiler is not None:
             profiler.step()
         if rank == 0:
-            print(f"ddpprof-step {step + 1}/{args.steps}", flush=True)
+            print(f"ddpprof-step {step + 1}/{config.steps}", flush=True)
 
     clock, sync_clock = StepClock(device), StepClock(device)
     with profiler if profiler is not None else nullcontext():
-        losses = train(model, optimizer, data, steps=args.steps, global_batch=args.global_batch,
-                       grad_accum=args.grad_accum, rank=rank, world_size=world_size,
-                       device=device, clock=clock, sync_clock=sync_clock,
-                       on_step_end=on_step_end)
+        losses = train(model, optimizer, data, steps=config.steps,
+                       global_batch=config.global_batch, grad_accum=grad_accum, rank=rank,
+                       world_size=world_size, device=device, clock=clock,
+                       sync_clock=sync_clock, on_step_end=on_step_end)
 
     # Everything below runs after profiling, so averaging the loss cannot show up in a trace.
+    memory_per_rank = gather_figures(
+        memory.figures(rank, trace_path if profiler is not None else None), distributed)
     step_losses = torch.stack(losses).float()
     step_times = torch.tensor(clock.durations_s(), dtype=torch.float64, device=device)
     sync_times = torch.tensor(sync_clock.durations_s(), dtype=torch.float64, device=device)
@@ -215,41 +228,45 @@ def run(args: argparse.Namespace) -> None:
         devices = [None] * world_size
         dist.all_gather_object(devices, _device_name(device))
     if rank == 0:
-        write_json_atomic(args.out / WORKER_RESULT, {
-            "parameters": count_parameters(module),
-            "world_size": world_size,
-            "devices": devices,
-            "threads_per_rank": torch.get_num_threads(),
-            "allreduces_per_sync": model.allreduces_per_sync(),
-            "step_wall_s": step_times.tolist(),
-            "step_sync_s": sync_times.tolist(),
-            "step_loss": step_losses.tolist(),
-            "seq_len": args.seq_len if info.is_language_model else None,
-        })
+        result = WorkerResult(
+            parameters=count_parameters(module), world_size=world_size, devices=devices,
+            threads_per_rank=torch.get_num_threads(),
+            allreduces_per_sync=model.allreduces_per_sync(),
+            collectives_per_sync=model.collectives_per_sync(), memory=memory_per_rank,
+            buckets=bucket_records(model),
+            step_wall_s=step_times.tolist(), step_sync_s=sync_times.tolist(),
+            step_loss=step_losses.tolist(),
+            seq_len=config.seq_len if info.is_language_model else None)
+        write_text(run_dir / WORKER_RESULT, msgspec.json.encode(result).decode())
     if distributed:
         dist.barrier()
         dist.destroy_process_group()
 
 
-def _write_error(out: Path, error: BaseException) -> None:
+def _write_error(run_dir: Path, error: BaseException) -> None:
     rank = int(os.environ.get("RANK", 0))
-    write_json_atomic(out / ".errors" / f"rank{rank}.json", {
+    write_text(run_dir / ERRORS_DIR / f"rank{rank}.json", msgspec.json.encode({
         "rank": rank,
         "time": time.time(),
         "error": f"{type(error).__name__}: {error}".strip().splitlines()[0],
         "traceback": traceback.format_exc(),
-    })
+    }).decode())
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    if args.model not in MODEL_NAMES and args.model_path is None:
-        sys.exit(f"unknown model {args.model!r}")
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.exit(f"usage: python -m workloads.train RUN_FOLDER/{CONFIG_FILE}")
+    config_path = Path(args[0])
+    config = RunConfig.read(config_path)
     try:
-        run(args)
+        run(config, config_path.parent)
+        # Variants' hooks hold reference cycles; freed at interpreter shutdown, a gloo rank now
+        # and then aborts ("terminate called without an active exception").
+        gc.collect()
     except BaseException as error:
         if not isinstance(error, KeyboardInterrupt):
-            _write_error(args.out, error)
+            _write_error(config_path.parent, error)
         raise
 
 

@@ -1,5 +1,6 @@
-"""``ddpprof record``: launch profiled training through torchrun and write a run manifest."""
+"""``ddpprof record``: launch profiled training through torchrun and write a run manifest.
 
-from .launcher import RecordOptions, RunOutcome, record
-
-__all__ = ["RecordOptions", "RunOutcome", "record"]
+``config`` (the run configuration), ``launcher`` (validation, torchrun, run.json),
+``process`` (the run's processes live and die together), ``folders`` (locks and replacing an
+earlier recording), ``failure`` (which rank failed first), ``measurements`` (step records).
+"""

@@ -1,88 +1,94 @@
-"""Validate a recording request, launch each variant through torchrun, and write its manifest."""
+"""Validate a recording, run each variant through torchrun, own its processes, finish run.json.
+
+Every way a run can end leaves its ``run.json`` final: ``complete``, ``failed`` (with the rank
+torchrun names as the root cause) or ``interrupted`` (with the signal), and no process of the
+run alive (see ``process``). If this process itself is killed outright, the manifest stays
+``running`` with this process as its owner, which readers take for ``interrupted``.
+"""
 
 from __future__ import annotations
 
-import json
+import math
 import os
-import shutil
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from ..atomic import write_json_atomic
-from ..errors import UsageError
+import msgspec
+
+from ..atomic import json_text, write_text
+from ..errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
+from ..manifest import (
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    ManifestConfig,
+    Owner,
+    ProfilerSchedule,
+    RunError,
+    RunManifest,
+    now_iso,
+    status_detail,
+)
+from ..options import check_run_name
+from ..progress import Progress
 from ..variants import VARIANT_NAMES, VARIANTS
-from . import manifest
-from .progress import Progress
+from . import folders, measurements, process
+from .config import CONFIG_FILE, RunConfig
+from .failure import run_error
 
 WORKER_MODULE = "workloads.train"
-WORKER_RESULT = "worker_result.json"
-ERRORS_DIR = ".errors"
 
 
-@dataclass
-class RecordOptions:
+@dataclass(frozen=True)
+class Recording:
+    """One ``ddpprof record``: ``config`` run once for each of ``variants``, under ``out``."""
+
     variants: list[str]
-    model: str = "mlp-large"
-    nproc: int = 2
-    steps: int = 8
-    global_batch: int = 1024
-    grad_accum: int | None = None  # None: each variant's default
-    bucket_cap_mb: float = 25.0
-    gradient_as_bucket_view: bool = False
-    backend: str = "auto"
+    config: RunConfig = field(default_factory=RunConfig)
     out: Path = Path("traces")
     name: str | None = None
-    wait: int = 1
-    warmup: int = 2
-    active: int = 3
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    model_path: Path | None = None
-    data: Path | None = None
-    tokenizer: Path | None = None
-    seq_len: int = 256
-    lr: float = 1e-3
-    seed: int = 0
-    timeout_s: float = 300.0
     quiet: bool = False
-    profile: bool = True
-
-    def grad_accum_for(self, variant: str) -> int:
-        return self.grad_accum or VARIANTS[variant].default_grad_accum
-
-    def nproc_for(self, variant: str) -> int:
-        return 1 if variant == "single" else self.nproc
-
-    def world_size_for(self, variant: str) -> int:
-        return 1 if variant == "single" else self.nproc * self.nnodes
-
-    @property
-    def log_name(self) -> str:
-        # Launchers of several nodes may share one run folder.
-        return "launcher.log" if self.node_rank == 0 else f"launcher.node{self.node_rank}.log"
 
     def run_dir(self, variant: str) -> Path:
         if len(self.variants) == 1:
             return self.out / (self.name or variant)
         return self.out / self.name / variant if self.name else self.out / variant
 
+    def targets(self) -> list[Path]:
+        """The folders this recording replaces whole (``folders``)."""
+        return [self.out / self.name] if self.name else [self.out / v for v in self.variants]
+
+    def run_config(self, variant: str, backend: str) -> RunConfig:
+        """The configuration of ``variant``'s run, every default resolved."""
+        return self.config.replace(
+            variant=variant, backend=backend,
+            grad_accum=self.config.grad_accum or VARIANTS[variant].default_grad_accum,
+            nproc=1 if variant == "single" else self.config.nproc)
+
+    @property
+    def log_name(self) -> str:
+        # Launchers of several nodes may share one run folder.
+        node = self.config.node_rank
+        return "launcher.log" if node == 0 else f"launcher.node{node}.log"
+
 
 @dataclass
 class RunOutcome:
     variant: str
     run_dir: Path
-    status: str
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: RunManifest
+
+    @property
+    def status(self) -> str:
+        return self.manifest.status
 
     @property
     def error(self) -> str | None:
-        error = self.manifest.get("error")
-        return None if error is None else f"rank {error.get('rank')}: {error['message']}"
+        return status_detail(self.manifest)
 
 
 def parse_variants(spec: str) -> list[str]:
@@ -109,92 +115,72 @@ def resolve_backend(requested: str) -> str:
     return requested
 
 
-def validate(opts: RecordOptions) -> None:
+def validate(recording: Recording) -> None:
+    """Everything that can be checked before a launch (ranges are the option types' job)."""
     from workloads.models import MODEL_NAMES, SMOLLM2_CONFIGS
 
-    if opts.model_path is None and opts.model not in MODEL_NAMES:
-        raise UsageError(f"unknown model {opts.model!r} (choose from {', '.join(MODEL_NAMES)}, "
-                         "or give --model-path)")
-    positions = SMOLLM2_CONFIGS.get(opts.model, {}).get("max_position_embeddings")
-    if opts.model_path is None and positions and opts.seq_len > positions:
-        raise UsageError(f"--seq-len {opts.seq_len} is longer than {opts.model}'s "
+    config = recording.config
+    if recording.name is not None and (problem := check_run_name(recording.name)):
+        raise UsageError(f"--name: {problem}")
+    if config.model_path is None and config.model not in MODEL_NAMES:
+        raise UsageError(f"unknown model {config.model!r} (choose from "
+                         f"{', '.join(MODEL_NAMES)}, or give --model-path)")
+    positions = SMOLLM2_CONFIGS.get(config.model, {}).get("max_position_embeddings")
+    if config.model_path is None and positions and config.seq_len > positions:
+        raise UsageError(f"--seq-len {config.seq_len} is longer than {config.model}'s "
                          f"{positions} positions")
-    if opts.model_path is not None and not (opts.model_path / "config.json").is_file():
-        raise UsageError(f"{opts.model_path}: not a Hugging Face checkpoint folder "
+    if config.model_path is not None and not (config.model_path / "config.json").is_file():
+        raise UsageError(f"{config.model_path}: not a Hugging Face checkpoint folder "
                          "(no config.json)")
-    if opts.data is not None and not opts.data.is_file():
-        raise UsageError(f"{opts.data}: no such data file")
-    if opts.tokenizer is not None and not opts.tokenizer.is_dir():
-        raise UsageError(f"{opts.tokenizer}: no such tokenizer folder")
-    for flag, value in (("--nproc", opts.nproc), ("--steps", opts.steps),
-                        ("--global-batch", opts.global_batch), ("--active", opts.active),
-                        ("--nnodes", opts.nnodes), ("--seq-len", opts.seq_len)):
-        if value < 1:
-            raise UsageError(f"{flag} must be at least 1, got {value}")
-    if opts.grad_accum is not None and opts.grad_accum < 1:
-        raise UsageError(f"--grad-accum must be at least 1, got {opts.grad_accum}")
-    if opts.bucket_cap_mb <= 0:
-        raise UsageError(f"--bucket-cap-mb must be positive, got {opts.bucket_cap_mb}")
-    if opts.profile and (min(opts.wait, opts.warmup) < 0
-                         or opts.wait + opts.warmup + opts.active > opts.steps):
-        raise UsageError(f"the profiler window (--wait {opts.wait} --warmup {opts.warmup} "
-                         f"--active {opts.active}) does not fit in --steps {opts.steps}")
-    if opts.nnodes > 1 and not opts.rdzv_endpoint:
+    if config.data is not None and not config.data.is_file():
+        raise UsageError(f"{config.data}: no such data file")
+    if config.tokenizer is not None and not config.tokenizer.is_dir():
+        raise UsageError(f"{config.tokenizer}: no such tokenizer folder")
+    if config.profile and config.wait + config.warmup + config.active > config.steps:
+        raise UsageError(f"the profiler window (--wait {config.wait} --warmup {config.warmup} "
+                         f"--active {config.active}) does not fit in --steps {config.steps}")
+    if config.node_rank >= config.nnodes:
+        raise UsageError(f"--node-rank {config.node_rank} is not below --nnodes "
+                         f"{config.nnodes}")
+    if config.nnodes > 1 and not config.rdzv_endpoint:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT")
-    if opts.nnodes > 1 and "single" in opts.variants:
+    if config.nnodes > 1 and "single" in recording.variants:
         raise UsageError("variant 'single' runs one process; it cannot span --nnodes > 1")
-    for variant in opts.variants:
-        world, accum = opts.world_size_for(variant), opts.grad_accum_for(variant)
-        if opts.global_batch % (world * accum):
-            raise UsageError(f"--global-batch {opts.global_batch} is not divisible by world size "
-                             f"{world} x grad-accum {accum} (variant {variant})")
-    if resolve_backend(opts.backend) == "nccl":
+    for variant in recording.variants:
+        run = recording.run_config(variant, config.backend)
+        if config.global_batch % (run.world_size * run.grad_accum):
+            raise UsageError(f"--global-batch {config.global_batch} is not divisible by world "
+                             f"size {run.world_size} x grad-accum {run.grad_accum} "
+                             f"(variant {variant})")
+    if resolve_backend(config.backend) == "nccl":
         gpus = cuda_device_count()
-        if opts.nproc > gpus:
-            raise UsageError(f"--backend nccl needs one GPU per rank: --nproc {opts.nproc}, "
+        if config.nproc > gpus:
+            raise UsageError(f"--backend nccl needs one GPU per rank: --nproc {config.nproc}, "
                              f"but {gpus} CUDA GPU(s) are visible")
-    _check_writable(opts.out)
 
 
-def _check_writable(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".ddpprof-write-probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as error:
-        raise UsageError(f"{folder}: output folder cannot be written ({error.strerror})") from None
+class Topology(Protocol):
+    """Where a launch's ranks run: a ``RunConfig``, or ``ddpprof calibrate``'s sweep."""
+
+    nproc: int
+    nnodes: int
+    rdzv_endpoint: str | None
+    timeout_s: float
 
 
-def worker_arguments(opts: RecordOptions, variant: str, run_dir: Path, backend: str) -> list[str]:
-    args = ["--variant", variant, "--model", opts.model, "--steps", str(opts.steps),
-            "--global-batch", str(opts.global_batch),
-            "--grad-accum", str(opts.grad_accum_for(variant)),
-            "--bucket-cap-mb", str(opts.bucket_cap_mb), "--seq-len", str(opts.seq_len),
-            "--lr", str(opts.lr), "--seed", str(opts.seed), "--backend", backend,
-            "--timeout-s", str(opts.timeout_s), "--wait", str(opts.wait),
-            "--warmup", str(opts.warmup), "--active", str(opts.active), "--out", str(run_dir)]
-    for flag, value in (("--model-path", opts.model_path), ("--data", opts.data),
-                        ("--tokenizer", opts.tokenizer)):
-        if value is not None:
-            args += [flag, str(value)]
-    if opts.gradient_as_bucket_view:
-        args.append("--gradient-as-bucket-view")
-    if not opts.profile:
-        args.append("--no-profile")
-    return args
-
-
-def torchrun_command(opts: RecordOptions, variant: str, run_dir: Path, backend: str) -> list[str]:
+def torchrun_command(config: Topology, run_dir: Path, rdzv_id: str,
+                     worker: str = WORKER_MODULE, config_file: str = CONFIG_FILE) -> list[str]:
+    """torchrun running ``python -m worker RUN_DIR/config_file`` on every rank."""
     command = [sys.executable, "-m", "torch.distributed.run",
-               "--nproc-per-node", str(opts.nproc_for(variant)), "--max-restarts", "0"]
-    if opts.nnodes == 1 and not opts.rdzv_endpoint:
+               "--nproc-per-node", str(config.nproc), "--max-restarts", "0"]
+    if config.nnodes == 1 and not config.rdzv_endpoint:
         command.append("--standalone")
     else:
-        command += ["--nnodes", str(opts.nnodes), "--node-rank", str(opts.node_rank),
-                    "--rdzv-backend", "c10d", "--rdzv-endpoint", str(opts.rdzv_endpoint),
-                    "--rdzv-id", opts.name or run_dir.name]
-    return [*command, "-m", WORKER_MODULE, *worker_arguments(opts, variant, run_dir, backend)]
+        timeout = str(math.ceil(config.timeout_s))
+        command += ["--nnodes", str(config.nnodes), "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", str(config.rdzv_endpoint), "--rdzv-id", rdzv_id,
+                    "--rdzv-conf", f"join_timeout={timeout},read_timeout={timeout}"]
+    return [*command, "-m", worker, str(run_dir / config_file)]
 
 
 def threads_per_rank(nproc: int) -> int:
@@ -202,144 +188,239 @@ def threads_per_rank(nproc: int) -> int:
     return max(1, (cores or 1) // nproc)
 
 
-def _clear_previous(run_dir: Path) -> None:
-    # A rerun into the same folder must not leave an older run's ranks beside the new ones.
-    for stale in [*run_dir.glob("rank*.pt.trace.json*"), run_dir / WORKER_RESULT,
-                  run_dir / manifest.MANIFEST_NAME]:
-        stale.unlink(missing_ok=True)
-    shutil.rmtree(run_dir / ERRORS_DIR, ignore_errors=True)
+def record(recording: Recording) -> list[RunOutcome]:
+    """Validate everything first (bad input must not leave half a set of runs), claim and clear
+    the folders, then record each variant in turn. A signal marks the current run
+    ``interrupted``, records nothing more and raises ``Interrupted``."""
+    validate(recording)
+    backend = resolve_backend(recording.config.backend)
+    leader = recording.config.node_rank == 0  # other nodes' launchers only add their logs
+    run_dirs = [recording.run_dir(v) for v in recording.variants]
+    with process.SignalGuard() as guard, \
+            folders.claim([*recording.targets(), *run_dirs] if leader else []) as locks:
+        if leader:
+            for target in recording.targets():
+                folders.clear_previous(target, locks)
+        process.become_subreaper()  # only now: bad input must leave this process as it was
+        progress = Progress(quiet=recording.quiet, total=len(recording.variants))
+        outcomes: list[RunOutcome] = []
+        for variant in recording.variants:
+            if guard.signum is not None:
+                break
+            config = recording.run_config(variant, backend)
+            run_dir = recording.run_dir(variant)
+            progress.start(variant, run_dir, config.world_size)
+            try:
+                outcome = record_one(recording, config, run_dir, progress, guard)
+            except OSError as error:
+                message = describe_os_error(error.filename or run_dir, error)
+                raise (RunFailed if outcomes else UsageError)(message) from None
+            progress.finish(outcome.status, _samples_per_s(outcome.manifest), outcome.error)
+            outcomes.append(outcome)
+        if guard.signum is not None:
+            marked = [str(o.run_dir) for o in outcomes if o.status == "interrupted"]
+            raise Interrupted(guard.signum, f"interrupted by {signal_name(guard.signum)}"
+                              + (f"; {', '.join(marked)} marked interrupted" if marked else ""))
+    return outcomes
 
 
-def _first_error(run_dir: Path) -> dict[str, Any] | None:
-    """The earliest error a rank wrote: later ones are usually peers losing their connection."""
-    errors = []
-    for path in (run_dir / ERRORS_DIR).glob("rank*.json"):
-        try:
-            errors.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return min(errors, key=lambda e: e["time"]) if errors else None
+def record_one(recording: Recording, config: RunConfig, run_dir: Path, progress: Progress,
+               guard: process.SignalGuard) -> RunOutcome:
+    """Run ``config`` through torchrun into ``run_dir`` and return its finished manifest.
 
-
-def record_one(opts: RecordOptions, variant: str, progress: Progress) -> RunOutcome:
-    backend = resolve_backend(opts.backend)
-    run_dir = opts.run_dir(variant)
+    An ``OSError`` before the launch (the run folder cannot be written) propagates with
+    nothing started; after the launch the run is always finished and marked first."""
+    writes_manifest = config.node_rank == 0
+    manifest_path = run_dir / MANIFEST_NAME
+    command = torchrun_command(config, run_dir, recording.name or run_dir.name)
+    manifest = RunManifest(schema_version=SCHEMA_VERSION, status="running", run=run_dir.name,
+                           started=now_iso(), config=manifest_config(config),
+                           command=command, owner=Owner.current())
     run_dir.mkdir(parents=True, exist_ok=True)
-    writes_manifest = opts.node_rank == 0
+    write_text(run_dir / CONFIG_FILE, config.to_json().decode())
     if writes_manifest:
-        _clear_previous(run_dir)
-    grad_accum = opts.grad_accum_for(variant)
-    nproc = opts.nproc_for(variant)
-    body: dict[str, Any] = {
-        "schema_version": manifest.SCHEMA_VERSION,
-        "run": run_dir.name,
-        "status": "running",
-        "started": manifest.now_iso(),
-        "config": {
-            "variant": variant, "model": opts.model,
-            "model_path": str(opts.model_path) if opts.model_path else None,
-            "world_size": opts.world_size_for(variant), "nproc_per_node": nproc,
-            "nnodes": opts.nnodes, "backend": backend, "global_batch": opts.global_batch,
-            "grad_accum": grad_accum,
-            "micro_batch_per_rank": opts.global_batch // grad_accum
-            // opts.world_size_for(variant),
-            "bucket_cap_mb": opts.bucket_cap_mb,
-            "gradient_as_bucket_view": opts.gradient_as_bucket_view,
-            "steps": opts.steps, "seed": opts.seed, "lr": opts.lr,
-            "data": str(opts.data) if opts.data else "synthetic",
-            "profiler": {"wait": opts.wait, "warmup": opts.warmup, "active": opts.active,
-                         "record_shapes": True} if opts.profile else None,
-            "torch_version": _torch_version(),
-        },
-        "command": torchrun_command(opts, variant, run_dir, backend),
-    }
-    manifest_path = run_dir / manifest.MANIFEST_NAME
-    if writes_manifest:
-        write_json_atomic(manifest_path, body)
+        write_manifest(manifest_path, manifest)
 
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    launched = run_torchrun(command, run_dir / recording.log_name, config.backend,
+                            config.nproc, config.timeout_s, guard, progress, config.steps)
+    finish_manifest(manifest, recording, config, run_dir, launched.returncode, guard.signum,
+                    launched.rendezvous_expired, launched.elapsed_s)
+    if writes_manifest:
+        try:
+            write_manifest(manifest_path, manifest)
+        except OSError as error:
+            raise RunFailed(f"{config.variant} ran, but its manifest could not be written: "
+                            f"{describe_os_error(error.filename or manifest_path, error)}"
+                            ) from None
+    return RunOutcome(config.variant, run_dir, manifest)
+
+
+@dataclass(frozen=True)
+class Launched:
+    """How a torchrun launch ended (its processes all gone)."""
+
+    returncode: int
+    rendezvous_expired: bool     # killed because no rank started within the timeout
+    elapsed_s: float
+
+
+def run_torchrun(command: list[str], log_path: Path, backend: str, nproc: int,
+                 timeout_s: float, guard: process.SignalGuard, progress: Progress,
+                 steps: int) -> Launched:
+    """Run ``command`` (``torchrun_command``) to its end, its output in ``log_path``: torchrun
+    dies with this process, gets the signals ``guard`` forwards, is killed when no rank has
+    started ``timeout_s`` after the launch, and whatever it leaves is killed and reaped before
+    this returns. ``progress`` follows rank 0's ``ddpprof-step k/steps`` lines."""
+    # PYTHONSAFEPATH: a folder named workloads (or torch) in the working directory must not
+    # stand in for the installed one.
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
+               **{process.LAUNCHER_PID_ENV: str(os.getpid())})
     if backend == "gloo":
         env["OMP_NUM_THREADS"] = str(threads_per_rank(nproc))
     started = time.monotonic()
-    log_path = run_dir / opts.log_name
     with open(log_path, "w") as log:
-        process = subprocess.Popen(body["command"], stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=env)
-        progress.follow(process, log_path, opts.steps)
-    body["elapsed_s"] = round(time.monotonic() - started, 3)
-    body["finished"] = manifest.now_iso()
-    body["traces"] = sorted(p.name for p in run_dir.glob("rank*.pt.trace.json.gz"))
+        torchrun = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                    preexec_fn=process.preexec_die_with_parent())
+    watchdog = Watchdog(torchrun, timeout_s, guard)
+    guard.attach(torchrun.pid)
+    try:
+        progress.follow(torchrun, log_path, steps, on_tick=watchdog.check)
+    finally:
+        guard.detach()
+        if torchrun.poll() is None:  # only when following it failed
+            torchrun.kill()
+        torchrun.wait()
+        process.kill_and_reap_children()
+    return Launched(torchrun.returncode, watchdog.expired, time.monotonic() - started)
 
-    result_path = run_dir / WORKER_RESULT
+
+def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConfig,
+                    run_dir: Path, returncode: int, signum: int | None, rendezvous_expired: bool,
+                    elapsed_s: float) -> None:
+    """Give the manifest of a run whose processes are all gone its final status."""
+    for leftover in run_dir.glob(".tmp-*"):  # a rank stopped mid-write
+        leftover.unlink(missing_ok=True)
+    manifest.elapsed_s = round(elapsed_s, 3)
+    manifest.finished = now_iso()
+    manifest.traces = sorted(p.name for p in run_dir.glob("rank*.pt.trace.json.gz"))
+    result_path = run_dir / measurements.WORKER_RESULT
+    log = recording.log_name
     # On one node every rank's trace is here; other nodes write theirs on their own disks.
-    traces_complete = (opts.nnodes > 1 or not opts.profile
-                       or len(body["traces"]) == opts.world_size_for(variant))
-    if process.returncode == 0 and traces_complete:
-        body["status"] = "complete"
-        if result_path.is_file():
-            _add_measurements(body, json.loads(result_path.read_text()), opts)
-            result_path.unlink()
+    traced = {int(name[len("rank"):].split(".")[0]) for name in manifest.traces}
+    missing = [] if config.nnodes > 1 or not config.profile else sorted(
+        set(range(config.world_size)) - traced)
+    if signum is not None:
+        manifest.status = "interrupted"
+        manifest.error = RunError(message=f"interrupted by {signal_name(signum)}",
+                                  signal=signal_name(signum), log=log)
+    elif rendezvous_expired:
+        manifest.status = "failed"
+        where = f" at {config.rdzv_endpoint}" if config.rdzv_endpoint else ""
+        manifest.error = RunError(message=f"the rendezvous{where} did not start the ranks "
+                                          f"within {config.timeout_s:g} s (--timeout-s)", log=log)
+    elif returncode != 0:
+        manifest.status = "failed"
+        manifest.error = run_error(run_dir, log, returncode)
+    elif missing:
+        manifest.status = "failed"
+        manifest.error = RunError(message=f"torchrun succeeded, but rank(s) {missing} wrote "
+                                          "no trace", log=log)
     else:
-        body["status"] = "failed"
-        error = _first_error(run_dir)
-        body["error"] = {
-            "rank": error["rank"] if error else None,
-            "message": error["error"] if error else
-            f"torchrun exited with code {process.returncode} without a rank error "
-            f"(see {opts.log_name})",
-            "traceback": error["traceback"] if error else None,
-            "log": opts.log_name,
-        }
-    if writes_manifest:
-        write_json_atomic(manifest_path, body)
-    return RunOutcome(variant, run_dir, body["status"], body)
+        manifest.status = "complete"
+        if result_path.is_file():
+            add_measurements(manifest, read_worker_result(result_path), config)
+    result_path.unlink(missing_ok=True)
 
 
-def _add_measurements(body: dict[str, Any], result: dict[str, Any], opts: RecordOptions) -> None:
-    config = body["config"]
-    for key in ("parameters", "devices", "threads_per_rank", "allreduces_per_sync", "seq_len"):
-        config[key] = result[key]
-    phases = manifest.step_phases(opts.steps, opts.wait, opts.warmup, opts.active, opts.profile)
-    body["steps"] = manifest.step_records(result["step_wall_s"], result["step_loss"], phases,
-                                          opts.global_batch, result["seq_len"],
-                                          result.get("step_sync_s"))
-    body["throughput"] = manifest.throughput(body["steps"], opts.global_batch, result["seq_len"])
+class Watchdog:
+    """Called by the progress loop while torchrun runs: kills torchrun when a forwarded signal
+    has gone unheeded for ``process.GRACE_S``, and when no rank has started ``timeout_s`` after
+    the launch (a rendezvous that never completes: torchrun's own timeouts do not cover an
+    endpoint that accepts the connection and never answers)."""
+
+    def __init__(self, torchrun: subprocess.Popen, timeout_s: float,
+                 guard: process.SignalGuard) -> None:
+        self.torchrun, self.timeout_s, self.guard = torchrun, timeout_s, guard
+        self.launched = time.monotonic()
+        self.started = not process.can_list_children()  # cannot tell: assume started
+        self.expired = False
+
+    def check(self) -> None:
+        if self.guard.overdue():
+            self.guard.kill_child()
+        if not self.started:
+            self.started = bool(process.child_pids(self.torchrun.pid))
+            if not self.started and time.monotonic() - self.launched > self.timeout_s:
+                self.expired = True
+                self.started = True  # checked once
+                os.kill(self.torchrun.pid, signal.SIGKILL)
+
+
+def manifest_config(config: RunConfig) -> ManifestConfig:
+    return ManifestConfig(
+        variant=config.variant, model=config.model,
+        model_path=str(config.model_path) if config.model_path else None,
+        world_size=config.world_size, nproc_per_node=config.nproc, nnodes=config.nnodes,
+        backend=config.backend, global_batch=config.global_batch,
+        grad_accum=config.grad_accum, micro_batch_per_rank=config.micro_batch_per_rank,
+        bucket_cap_mb=config.bucket_cap_mb,
+        gradient_as_bucket_view=config.gradient_as_bucket_view, steps=config.steps,
+        seed=config.seed, lr=config.lr, timeout_s=config.timeout_s,
+        data=str(config.data) if config.data else "synthetic",
+        profiler=ProfilerSchedule(wait=config.wait, warmup=config.warmup,
+                                  active=config.active, profile_memory=True)
+        if config.profile else None,
+        torch_version=_torch_version())
+
+
+def read_worker_result(path: Path) -> measurements.WorkerResult:
+    return msgspec.json.decode(path.read_bytes(), type=measurements.WorkerResult)
+
+
+def add_measurements(manifest: RunManifest, result: measurements.WorkerResult,
+                     config: RunConfig) -> None:
+    manifest.config.parameters = result.parameters
+    manifest.config.devices = result.devices
+    manifest.config.threads_per_rank = result.threads_per_rank
+    manifest.config.allreduces_per_sync = result.allreduces_per_sync
+    manifest.config.collectives_per_sync = result.collectives_per_sync
+    manifest.memory = result.memory
+    manifest.buckets = result.buckets
+    manifest.config.seq_len = result.seq_len
+    phases = measurements.step_phases(config.steps, config.wait, config.warmup, config.active,
+                                      config.profile)
+    manifest.steps = measurements.step_records(result.step_wall_s, result.step_loss, phases,
+                                               config.global_batch, result.seq_len,
+                                               result.step_sync_s)
+    manifest.throughput = measurements.throughput(manifest.steps, config.global_batch,
+                                                  result.seq_len)
+
+
+def write_manifest(path: Path, manifest: RunManifest) -> None:
+    write_text(path, json_text(msgspec.to_builtins(manifest)))
+
+
+def _samples_per_s(manifest: RunManifest) -> float | None:
+    return manifest.throughput.samples_per_s if manifest.throughput else None
 
 
 def _torch_version() -> str:
     import torch
 
-    return torch.__version__
-
-
-def record(opts: RecordOptions) -> list[RunOutcome]:
-    """Validate everything first (bad input must not leave half a set of runs), then record each
-    variant in turn."""
-    validate(opts)
-    progress = Progress(quiet=opts.quiet, total=len(opts.variants))
-    outcomes = []
-    for variant in opts.variants:
-        progress.start(variant, opts.run_dir(variant), opts.world_size_for(variant))
-        outcome = record_one(opts, variant, progress)
-        progress.finish(outcome.status, outcome.manifest.get("throughput"), outcome.error)
-        outcomes.append(outcome)
-    return outcomes
+    return str(torch.__version__)
 
 
 def summary_rows(outcomes: list[RunOutcome]) -> list[dict[str, Any]]:
     rows = []
     for outcome in outcomes:
-        config = outcome.manifest.get("config", {})
-        speed = outcome.manifest.get("throughput") or {}
+        config, speed = outcome.manifest.config, outcome.manifest.throughput
         rows.append({
             "run": outcome.run_dir.name, "variant": outcome.variant, "status": outcome.status,
-            "ranks": config.get("world_size"), "grad_accum": config.get("grad_accum"),
-            "step_ms": speed["median_step_s"] * 1e3 if speed else None,
-            "samples_per_s": speed.get("samples_per_s"),
-            "allreduces_per_step": config.get("allreduces_per_sync"),
+            "ranks": config.world_size, "grad_accum": config.grad_accum,
+            "step_ms": speed.median_step_s * 1e3 if speed and speed.median_step_s else None,
+            "samples_per_s": speed.samples_per_s if speed else None,
+            "allreduces_per_step": config.allreduces_per_sync,
             "folder": str(outcome.run_dir),
         })
     return rows
-
-
-__all__ = ["RecordOptions", "RunOutcome", "parse_variants", "record", "summary_rows"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from importlib import resources
 from typing import Any
 
@@ -44,6 +43,28 @@ def to_markdown(rows: list[Row], columns: list[str]) -> str:
     return template.render(rows=rows, columns=columns)
 
 
+#: The terminal shows this many findings; ``--json`` and the report have them all.
+SHOWN_FINDINGS = 10
+
+
+def findings_text(findings: list, markdown: bool = False) -> str:
+    """The "What to change" list, ranked as given (``ddpprof.findings.Finding``s), the first
+    ``SHOWN_FINDINGS`` of it."""
+    if not findings:
+        return ""
+    title = "### What to change" if markdown else "What to change (ranked by estimated gain):"
+    lines = ["", title]
+    for number, finding in enumerate(findings[:SHOWN_FINDINGS], 1):
+        gain = (f", gain ~{finding.estimated_gain_pct:.0f}% of the step"
+                if finding.estimated_gain_pct is not None
+                else f", costs ~{finding.impact_pct:.0f}% of the step")
+        lines.append(f"{number}. [{finding.severity}{gain}] {finding.run}: {finding.code}: "
+                     f"{finding.message}")
+    if len(findings) > SHOWN_FINDINGS:
+        lines.append(f"... and {len(findings) - SHOWN_FINDINGS} more (--json, --html)")
+    return "\n".join(lines) + "\n"
+
+
 def to_csv(rows: list[Row], columns: list[str]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
@@ -52,20 +73,7 @@ def to_csv(rows: list[Row], columns: list[str]) -> str:
     return buffer.getvalue()
 
 
-def dumps(document: Any) -> str:
-    """JSON with NaN written as null, so strict parsers accept it."""
-    return json.dumps(_finite(document), indent=2) + "\n"
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def to_json(rows: list[Row], schema: str, version: int = 1) -> str:
-    return dumps({"schema": schema, "version": version, "rows": rows})
+    from ..atomic import json_text
+
+    return json_text({"schema": schema, "version": version, "rows": rows})

@@ -1,20 +1,25 @@
-"""Which events are GPU work, which are communication, and what each collective moved.
+"""Every predicate on trace events lives here: which events ran on a device, what kind of
+kernel each is, which spans are communication, which are profiler steps, which threads train
+and which only communicate, and what each collective moved.
 
-GPU kernel kinds follow HTA 0.5.0 (``hta/utils/utils.py``) so that the breakdown matches it:
-communication is ``^nccl.*Kernel`` (NCCL's ``ncclKernel_*``/``ncclDevKernel_*``; RCCL keeps
-these names, and ``^rccl.*Kernel`` is accepted too); memory is ``^Memcpy|^Memset|^dma``;
-anything else matching ``Memcpy``, a leading ``Memset`` or ``Sync`` is "other"; the rest is
-compute.
+Kernel kinds follow HolisticTraceAnalysis 0.5.0 (``hta/utils/utils.py``) so that breakdowns
+match it: memory is ``^Memcpy|^Memset|^dma``; a name containing ``Memcpy``, a leading
+``Memset`` or ``Sync`` is "other"; communication is ``^nccl.*Kernel`` there, and here also the
+libraries of :data:`COMM_KERNEL_PATTERNS` (the one table of names that mean communication);
+everything else is compute.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
-from .loader import RankTrace
+from .events import RankTrace
 
 
 class Kind(IntEnum):
@@ -24,88 +29,340 @@ class Kind(IntEnum):
     OTHER = 3
 
 
-COMM_KERNEL = re.compile(r"^(?:nccl|rccl).*Kernel")
+@dataclass(frozen=True)
+class CommPattern:
+    """A regular expression, searched in a device kernel's name, that means communication."""
+
+    library: str
+    regex: str
+    source: str
+
+
+#: The one table of kernel names that are communication, each with where the name comes from.
+#: HTA 0.5.0 knows only the first; ``--hta-compat`` uses only that one.
+COMM_KERNEL_PATTERNS: tuple[CommPattern, ...] = (
+    CommPattern("NCCL", r"^nccl.*Kernel",
+                "NCCL ncclKernel_*/ncclDevKernel_*; HTA 0.5.0 hta/utils/utils.py NCCL_KERNEL_RE"),
+    CommPattern("RCCL", r"^rccl|^nccl.*Kernel",
+                "ROCm RCCL keeps NCCL's kernel names (ncclDevKernel_Generic, ...); rccl* too"),
+    CommPattern("DeepEP", r"deep_ep::",
+                "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu: "
+                "dispatch, combine, notify_dispatch, cached_notify, ... in namespace deep_ep"),
+    CommPattern("NVSHMEM", r"nvshmem",
+                "NVIDIA NVSHMEM device collectives and proxies (nvshmemi_*, nvshmem_*)"),
+    CommPattern("vLLM custom all-reduce", r"cross_device_reduce_(?:1|2)stage",
+                "vllm-project/vllm csrc/custom_all_reduce.cuh (also used by SGLang)"),
+    CommPattern("MSCCL++", r"mscclpp",
+                "microsoft/mscclpp kernels (mscclpp::...)"),
+    CommPattern("HCCL", r"^hcom_|^hccl",
+                "Ascend HCCL device tasks (hcom_allReduce_..., hccl...)"),
+)
+
+#: Kernels that are communication but that HTA, TraceLens and tb_plugin count as compute, so
+#: counting them here would move compute % away from every reference tool. They are reported
+#: in a note that says how to count them (``--comm-kernel``).
+SUSPECTED_COMM_KERNELS: tuple[CommPattern, ...] = (
+    CommPattern("PyTorch symmetric memory", r"multimem_all_reduce|one_shot_all_reduce|"
+                r"two_shot_all_reduce|multimem_all_gather|multimem_reduce_scatter",
+                "pytorch torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu"),
+    CommPattern("TensorRT-LLM custom all-reduce", r"allreduce_fusion_kernel|"
+                r"oneShotAllReduceKernel|twoShotAllReduceKernel",
+                "NVIDIA TensorRT-LLM cpp/tensorrt_llm/kernels/customAllReduceKernels.cu"),
+)
+
+HTA_COMM_KERNEL = re.compile(COMM_KERNEL_PATTERNS[0].regex)
 MEMORY_KERNEL = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
-PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-#: Host spans that are communication or waiting for it, rather than compute.
-HOST_COMM = re.compile(r"^(?:c10d::|gloo:|nccl:|record_param_comms$)|wait", re.IGNORECASE)
-#: The backend's own collective spans, on its worker threads (gloo) -> the collective's name.
-BACKEND_COLLECTIVE = re.compile(r"^(?:gloo|nccl):(\w+)")
-_KERNEL_COLLECTIVE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)")
-_GPU_SYNC_NAMES = ("Event Sync", "Context Sync")
+
+#: Device events of traces that carry no ``args.stream`` (older Kineto, tb_plugin's samples):
+#: recognised by category, their stream read from a ``"stream 7"`` thread id.
+DEVICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset", "Memcpy",
+                               "Memset"})
+_STREAM_IN_TID = re.compile(r"^stream\s*(\d+)", re.IGNORECASE)
+#: GPU synchronisation events that HTA counts as device work although they carry no stream.
+GPU_SYNC_NAMES = frozenset({"Event Sync", "Context Sync"})
+
+#: HTA's step filter takes any name containing "ProfilerStep"; its iteration numbers come from
+#: this pattern (``hta/common/trace.py add_iteration``). One definition, used everywhere.
+PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
+#: Annotations that mirror host spans on the device timeline: not a second copy of a step.
+DEVICE_ANNOTATION_CATEGORIES = frozenset({"gpu_user_annotation"})
+
+#: Host spans of a collective issued through a process-group backend: ``gloo:all_reduce``,
+#: ``nccl:broadcast``, ``hccl:allgather`` -> the collective's name.
+BACKEND_COLLECTIVE = re.compile(r"^(?P<backend>gloo|nccl|hccl|rccl|mpi|ucc|xccl):(?P<op>\w+)")
+#: Backends whose collectives run on the host, with no device kernel: their spans are the
+#: communication itself, also in a GPU trace (gloo with CUDA tensors).
+HOST_BACKENDS = frozenset({"gloo", "mpi"})
+#: Host spans on a training thread that are communication, or waiting for it, not compute.
+HOST_COMM = re.compile(
+    r"^(?:c10d::|gloo:|nccl:|hccl:|rccl:|mpi:|ucc:|xccl:|record_param_comms$)|wait"
+    # FSDP2's own spans around its collectives (torch/distributed/fsdp/_fully_shard/
+    # _fsdp_param_group.py): on gloo the thread blocks in them; all_gather_copy_out is a copy
+    r"|^FSDP::(?:all_gather(?:\s*\(|$)|post_backward_reduce)",
+    re.IGNORECASE)
+#: The c10d op by which the training thread issued a collective (``c10d::allreduce_``,
+#: ``c10d::_reduce_scatter_base_``): it names the collective, which a gloo span may not (gloo
+#: runs a reduce-scatter as an all-reduce, and names its span ``gloo:all_reduce``).
+C10D_COLLECTIVE = re.compile(r"^c10d::(?!barrier|monitored_barrier)(\w+)$")
+#: Host categories whose spans are work on a thread (legacy traces have no category at all).
+HOST_WORK_CATEGORIES = frozenset({"cpu_op", "user_annotation", None})
+#: The data loader's own span inside a step (``enumerate(DataLoader)#..._Iter.__next__``).
+DATALOADER = re.compile(r"DataLoader", re.IGNORECASE)
+#: Host spans during which the CPU is busy issuing work to a device.
+HOST_ISSUE_CATEGORIES = frozenset({"cpu_op", "cuda_runtime", "cuda_driver", "user_annotation",
+                                   None})
+#: The autograd op that finishes a parameter's gradient: where its post-accumulate hook fires.
+GRAD_READY = "torch::autograd::AccumulateGrad"
+BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
+#: Matrix products whose FLOPs the loader computes from their shapes (``simulate`` compares the
+#: same product's speed with and without a collective in flight): the position of the first
+#: factor among the inputs (``addmm``'s first input is the added bias).
+MATMUL_OPS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 1}
+#: Spans in which the training thread waits for communication and computes nothing: ddpprof's
+#: ``ddpprof::wait``, any other ``*wait*`` span, and FSDP2's collectives, which block the
+#: thread on gloo.
+BLOCKING_WAIT = re.compile(r"wait|^FSDP::(?:all_gather(?:\s*\(|$)|post_backward_reduce)",
+                           re.IGNORECASE)
+OPTIMIZER_PREFIX = "Optimizer."
 
 
-def kernel_kind(name: str) -> Kind:
-    if COMM_KERNEL.match(name):
-        return Kind.COMMUNICATION
-    if MEMORY_KERNEL.match(name):
-        return Kind.MEMORY
-    if NOT_COMPUTE.match(name):
-        return Kind.OTHER
-    return Kind.COMPUTE
+class KernelClassifier:
+    """Kind of a device event from its name: HTA's rules, with communication widened to
+    :data:`COMM_KERNEL_PATTERNS` and any ``extra`` regular expressions (``--comm-kernel``),
+    or exactly HTA's with ``hta_compat``."""
+
+    def __init__(self, extra: Iterable[str] = (), hta_compat: bool = False) -> None:
+        patterns = [COMM_KERNEL_PATTERNS[0].regex] if hta_compat else [
+            p.regex for p in COMM_KERNEL_PATTERNS]
+        self.comm = re.compile("|".join(f"(?:{p})" for p in [*patterns, *extra]))
+        self.hta_compat = hta_compat
+
+    def kind(self, name: str) -> Kind:
+        if self.comm.search(name):
+            return Kind.COMMUNICATION
+        if MEMORY_KERNEL.match(name):
+            return Kind.MEMORY
+        if NOT_COMPUTE.match(name):
+            return Kind.OTHER
+        return Kind.COMPUTE
 
 
-def per_name(trace: RankTrace, predicate) -> np.ndarray:
+def validate_comm_patterns(patterns: Iterable[str]) -> list[str]:
+    """The ``--comm-kernel`` expressions, compiled once to report a bad one by itself."""
+    checked = []
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            from ..errors import UsageError
+
+            raise UsageError(f"--comm-kernel {pattern!r}: not a regular expression "
+                             f"({error})") from None
+        checked.append(pattern)
+    return checked
+
+
+def per_name(trace: RankTrace, predicate: Callable[[str], Any], dtype=bool) -> np.ndarray:
     """Evaluate ``predicate`` once per distinct name and spread it over the events."""
-    table = np.array([predicate(name) for name in trace.names] or [0])
+    table = np.array([predicate(name) for name in trace.names] or [0], dtype=dtype)
     return table[trace.name_id]
 
 
-def event_kinds(trace: RankTrace) -> np.ndarray:
-    return per_name(trace, lambda name: int(kernel_kind(name)))
+def per_category(trace: RankTrace, predicate: Callable[[str | None], bool]) -> np.ndarray:
+    table = np.array([predicate(c) for c in trace.category] or [False], dtype=bool)
+    return table[trace.category_id]
 
 
-def normalize_collective(name: str) -> str:
-    """``AllReduce``/``allreduce``/``all_reduce`` -> ``all_reduce``."""
-    snake = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower()
-    aliases = {"allreduce": "all_reduce", "allgather": "all_gather",
-               "reducescatter": "reduce_scatter", "alltoall": "all_to_all",
-               "sendrecv": "send_recv", "all_gather_into_tensor": "all_gather",
-               "reduce_scatter_tensor": "reduce_scatter", "_allgather_base": "all_gather",
-               "_reduce_scatter_base": "reduce_scatter"}
-    return aliases.get(snake, snake)
+def kernel_kinds(trace: RankTrace, classifier: KernelClassifier) -> np.ndarray:
+    return per_name(trace, lambda n: int(classifier.kind(n)), dtype=np.int8)
 
 
-def collective_of(name: str, declared: str | None) -> str:
-    """The collective an event performs: its ``Collective name`` arg when it has one, else what
-    its kernel or span name says."""
-    if declared:
-        return normalize_collective(declared)
-    match = _KERNEL_COLLECTIVE.match(name) or BACKEND_COLLECTIVE.match(name)
-    return normalize_collective(match.group(1)) if match else "unknown"
+def suspected_comm(names: Iterable[str]) -> dict[str, str]:
+    """Kernel names that look like communication but are outside the table -> library."""
+    found = {}
+    for name in names:
+        for pattern in SUSPECTED_COMM_KERNELS:
+            if re.search(pattern.regex, name):
+                found[name] = pattern.library
+    return found
 
 
-def hta_device_events(trace: RankTrace, drop_last_step: bool) -> np.ndarray:
-    """Mask of the GPU events HTA 0.5.0 analyzes (``stream != -1`` after its trace filter).
+# ---- which events ran on a device -----------------------------------------------------------
 
-    With ``drop_last_step`` (HTA's default when the run has two or more ProfilerSteps), host
-    events are kept when they start before the last ProfilerStep starts, and device events only
-    when a kept host event has their correlation id: the last step's kernels go, whenever they
-    ran. Without it, host events up to the last step's end are kept the same way.
-    """
-    is_sync = per_name(trace, lambda n: n in _GPU_SYNC_NAMES).astype(bool)
-    device = ((trace.stream >= 0) & (trace.correlation >= 0)) | is_sync
-    host = ~device
-    steps = host & per_name(trace, lambda n: "ProfilerStep" in n).astype(bool)
-    if not steps.any():
-        return np.zeros(trace.n_events, dtype=bool)
-    if drop_last_step:
-        host_kept = host & (trace.start_us < trace.start_us[steps].max())
-    else:
-        host_kept = host & (trace.start_us <= trace.end_us[steps].max())
-    device_kept = device & np.isin(trace.correlation, np.unique(trace.correlation[host_kept]))
-    return (device_kept | host_kept) & (trace.stream != -1)
+def streams(trace: RankTrace) -> np.ndarray:
+    """Each event's device stream: ``args.stream`` as HTA reads it (``int(value)``), else, for a
+    device category with no stream argument, the number in a ``"stream 7"`` thread id; -1 for
+    host events."""
+    stream = trace.stream.copy()
+    missing = (stream < 0) & per_category(trace, lambda c: c in DEVICE_CATEGORIES)
+    if missing.any():
+        from_tid = np.array([_stream_in_tid(tid) for _, tid in trace.threads] or [-1],
+                            dtype=np.int64)
+        stream[missing] = from_tid[trace.thread_id[missing]]
+    return stream
 
 
-def profiler_steps(trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the ``ProfilerStep#N`` spans, ordered by start, and their step numbers."""
-    numbers = per_name(trace, lambda n: int(m.group(1)) if (m := PROFILER_STEP.match(n)) else -1)
-    on_host = trace.stream == -1
-    index = np.flatnonzero((numbers >= 0) & on_host)
+def _stream_in_tid(tid: Any) -> int:
+    match = _STREAM_IN_TID.match(str(tid))
+    return int(match.group(1)) if match else -1
+
+
+def device_kernels(trace: RankTrace, stream: np.ndarray) -> np.ndarray:
+    """HTA's device events: a stream and a correlation id, or a GPU synchronisation event."""
+    return ((stream >= 0) & trace.has_correlation) | per_name(
+        trace, lambda n: n in GPU_SYNC_NAMES)
+
+
+def on_device(stream: np.ndarray) -> np.ndarray:
+    """Events in HTA's breakdowns: everything with a stream (``stream != -1``)."""
+    return stream != -1
+
+
+def is_gpu_trace(stream: np.ndarray) -> bool:
+    return bool(np.any(stream >= 0))
+
+
+# ---- steps ----------------------------------------------------------------------------------
+
+def step_number(name: str) -> int:
+    match = PROFILER_STEP.match(name)
+    return int(match.group(1)) if match else -1
+
+
+def profiler_steps(trace: RankTrace, stream: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the host ``ProfilerStep#N`` spans ordered by start, and their numbers (a
+    device-side mirror of a step, ``gpu_user_annotation``, is not a step of its own)."""
+    numbers = per_name(trace, step_number, dtype=np.int64)
+    host = ~per_category(trace, lambda c: c in DEVICE_ANNOTATION_CATEGORIES)
+    if stream is not None:
+        host &= stream < 0
+    index = np.flatnonzero((numbers >= 0) & host)
     index = index[np.argsort(trace.start_us[index], kind="stable")]
     return index, numbers[index]
 
 
-def has_device_events(trace: RankTrace) -> bool:
-    return bool(np.any(trace.stream >= 0))
+def step_names(trace: RankTrace) -> set[str]:
+    """Distinct ProfilerStep names anywhere in the trace: HTA drops the last step only when a
+    run names two or more."""
+    return {name for name in trace.names if PROFILER_STEP.match(name)}
+
+
+def is_step_span(trace: RankTrace) -> np.ndarray:
+    return per_name(trace, lambda n: bool(PROFILER_STEP.match(n)))
+
+
+# ---- host lanes -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HostLanes:
+    """Masks over a trace's events (see :func:`host_lanes`)."""
+
+    work: np.ndarray          # compute candidates: host spans that are neither steps nor comm
+    waits: np.ndarray         # spans that are communication or waiting for it
+    comm: np.ndarray          # the backends' collective spans
+
+    @property
+    def any(self) -> np.ndarray:
+        return self.work | self.waits | self.comm
+
+
+def host_lanes(trace: RankTrace, stream: np.ndarray) -> HostLanes:
+    """Host spans by what they are. Host spans are ``cpu_op`` and ``user_annotation`` events
+    (or legacy events with no category) off the device. ``comm``: backend collective spans
+    (``gloo:*``, ``nccl:*``, ``hccl:*``, ..., on whatever thread: gloo runs them on its own
+    worker threads); ``waits``: spans named like communication or waiting for it (``c10d::*``,
+    the backend spans, ``record_param_comms``, ``*wait*``); ``work``: every other host span
+    except ProfilerSteps."""
+    host_span = per_category(trace, lambda c: c in HOST_WORK_CATEGORIES) & (stream < 0)
+    comm = per_name(trace, lambda n: bool(BACKEND_COLLECTIVE.match(n))) & host_span
+    waits = per_name(trace, lambda n: bool(HOST_COMM.search(n))) & host_span
+    work = host_span & ~waits & ~is_step_span(trace)
+    return HostLanes(work, waits, comm)
+
+
+def host_backend(name: str) -> str | None:
+    match = BACKEND_COLLECTIVE.match(name)
+    return match.group("backend") if match else None
+
+
+def host_backend_moves_device_data(backend: str | None) -> bool:
+    """Whether a GPU trace's host-backend collectives (gloo) carry its device tensors: true
+    when ``distributedInfo.backend`` names gloo for a device (``gloo``, ``cuda:gloo``) or is
+    unknown; false when the device has a backend of its own (``nccl``,
+    ``mtia:hccl,cpu:gloo``), whose gloo traffic is CPU-side bookkeeping."""
+    if not backend:
+        return True
+    entries = [part.strip() for part in backend.split(",") if part.strip()]
+    device = [entry.split(":", 1)[-1] for entry in entries
+              if not entry.startswith("cpu:")]
+    return not device or any(name in HOST_BACKENDS for name in device)
+
+
+def runs_on_host(name: str) -> bool:
+    """A backend collective span that is the communication itself (gloo), not the host side of
+    a device kernel (nccl)."""
+    return host_backend(name) in HOST_BACKENDS
+
+
+# ---- collectives ----------------------------------------------------------------------------
+
+_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather",
+            "reducescatter": "reduce_scatter", "alltoall": "all_to_all",
+            "sendrecv": "send_recv", "all_gather_into_tensor": "all_gather",
+            "reduce_scatter_tensor": "reduce_scatter", "_allgather_base": "all_gather",
+            "_all_gather_base": "all_gather", "_reduce_scatter_base": "reduce_scatter",
+            "allgather_base": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
+            "reduce_scatter_tensor_coalesced": "reduce_scatter", "alltoall_base": "all_to_all",
+            "all_to_all_single": "all_to_all", "allreduce_coalesced": "all_reduce",
+            "all_reduce_coalesced": "all_reduce", "allgather_coalesced": "all_gather",
+            "all_gather_coalesced": "all_gather", "reduce_scatter_coalesced": "reduce_scatter"}
+_KERNEL_COLLECTIVE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)")
+_LIBRARY_COLLECTIVE = (
+    (re.compile(r"cross_device_reduce|all_?reduce", re.IGNORECASE), "all_reduce"),
+    (re.compile(r"deep_ep::.*dispatch", re.IGNORECASE), "ep_dispatch"),
+    (re.compile(r"deep_ep::.*combine", re.IGNORECASE), "ep_combine"),
+    (re.compile(r"deep_ep::", re.IGNORECASE), "ep_other"),
+    (re.compile(r"all_?gather", re.IGNORECASE), "all_gather"),
+    (re.compile(r"reduce_?scatter", re.IGNORECASE), "reduce_scatter"),
+    (re.compile(r"all_?to_?all", re.IGNORECASE), "all_to_all"),
+)
+
+
+def normalize_collective(name: str) -> str:
+    """``AllReduce``/``allreduce``/``all_reduce``/``_allgather_base`` -> ``all_reduce``/…"""
+    snake = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower()
+    if snake.endswith("_") and snake != "_":
+        snake = snake[:-1]                  # c10d::allreduce_, c10d::_allgather_base_
+    return _ALIASES.get(snake, _ALIASES.get(snake.replace("_", ""), snake))
+
+
+def collective_of(name: str, declared: str | None) -> str:
+    """The collective an event performs: its ``Collective name`` argument when it has one,
+    else what its kernel or span name says, else ``unknown``."""
+    if declared:
+        return normalize_collective(declared)
+    match = _KERNEL_COLLECTIVE.match(name)
+    if match:
+        return normalize_collective(match.group(1))
+    match = BACKEND_COLLECTIVE.match(name)
+    if match:
+        return normalize_collective(match.group("op"))
+    for pattern, collective in _LIBRARY_COLLECTIVE:
+        if pattern.search(name):
+            return collective
+    return "unknown"
+
+
+def names_device_backend_span(name: str) -> bool:
+    """The host side of a collective whose work is a device kernel (``nccl:*``)."""
+    backend = host_backend(name)
+    return backend is not None and backend not in HOST_BACKENDS
+
+
+def keeps_call_arguments(name: str) -> bool:
+    """Events whose arguments the loader keeps (sizes, groups, sequence numbers): collective
+    spans and the gradient-ready op. Device kernels that declare a ``Collective name`` are
+    kept whatever their name."""
+    return bool(HOST_COMM.search(name)) or name == GRAD_READY

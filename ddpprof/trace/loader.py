@@ -1,50 +1,55 @@
-"""Decode one rank's Chrome trace into flat numpy arrays, reading only the fields ddpprof uses.
+"""Decode one rank's Chrome trace into flat numpy columns, reading only the fields ddpprof uses.
 
-msgspec decodes the JSON straight into small typed structs (unknown fields are skipped without
-being built), which is what makes large traces cheap; everything after that is numpy.
+Every form PyTorch has written is accepted: Kineto's object (``traceEvents`` plus
+``distributedInfo``), the bare array, gzip or plain, the legacy autograd profiler's events (no
+category), old category names. msgspec decodes the JSON straight into small typed structs
+(unknown fields are skipped without being built); a slice whose values have unexpected types
+is decoded again leniently, so one odd event never rejects a trace. Everything after that is
+numpy. Times are kept exactly as written: rounding, where asked for, is the analysis's choice.
 """
 
 from __future__ import annotations
 
-import gzip
 import math
 import multiprocessing
 import re
 import zlib
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from itertools import compress
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import TraceError
+from . import classify, storage
+from .events import CommArgs, ProcessGroup, RankTrace
+from .storage import Location
 
+__all__ = ["TraceError", "load", "read_bytes"]
 
-class TraceError(UsageError):
-    """A trace file that cannot be analyzed; the message starts with the file's path."""
-
-    def __init__(self, path: Path | str, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = Path(path)
-        self.problem = problem
-
-    def __reduce__(self):  # so that it crosses from a worker process intact
-        return type(self), (self.path, self.problem)
+#: Refuse to inflate a gzip member beyond this many bytes (a "gzip bomb" would otherwise end
+#: in a MemoryError); ``DDPPROF_MAX_TRACE_BYTES`` overrides it.
+DEFAULT_MAX_TRACE_BYTES = 16 * 1024**3
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
     stream: int | float | str | None = None
     correlation: int | float | str | None = None
+    external_id: int | float | str | None = msgspec.field(name="External id", default=None)
+    old_external_id: int | float | str | None = msgspec.field(name="external id",
+                                                              default=None)
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw(b"null"))
     input_type: msgspec.Raw = msgspec.field(name="Input type", default=msgspec.Raw(b"null"))
-    collective: str | None = msgspec.field(name="Collective name", default=None)
-    in_nelems: int | None = msgspec.field(name="In msg nelems", default=None)
-    dtype: str | None = None
-    group_size: int | None = msgspec.field(name="Group size", default=None)
-    thread_label: str | None = msgspec.field(name="name", default=None)
+    collective: Any = msgspec.field(name="Collective name", default=None)
+    in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
+    out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
+    dtype: Any = None
+    group_size: Any = msgspec.field(name="Group size", default=None)
+    group: Any = msgspec.field(name="Process Group Name", default=None)
+    group_ranks: Any = msgspec.field(name="Process Group Ranks", default=None)
+    sequence: Any = msgspec.field(name="Seq", default=None)
+    thread_label: Any = msgspec.field(name="name", default=None)
 
 
 _NO_ARGS = _Args()
@@ -52,6 +57,7 @@ _NO_ARGS = _Args()
 
 class _Event(msgspec.Struct, gc=False):
     name: str = ""
+    ph: str | None = None
     cat: str | None = None
     ts: int | float | None = None
     dur: int | float | None = None
@@ -61,82 +67,77 @@ class _Event(msgspec.Struct, gc=False):
 
 
 class _DistributedInfo(msgspec.Struct, gc=False):
-    rank: int | None = None
-    world_size: int | None = None
-    backend: str | None = None
+    rank: Any = None
+    world_size: Any = None
+    backend: Any = None
+    pg_config: Any = None
 
 
 class _TraceFile(msgspec.Struct, gc=False):
     # Kept as raw bytes at first: the events are decoded a slice at a time (see ``_slices``).
     traceEvents: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
-    distributedInfo: _DistributedInfo | None = None
+    distributedInfo: Any = None
 
 
 _OBJECT_DECODER = msgspec.json.Decoder(_TraceFile)
 _ARRAY_DECODER = msgspec.json.Decoder(list[_Event])
+_LENIENT_DECODER = msgspec.json.Decoder(list[Any])
 _RAW_ARRAY_DECODER = msgspec.json.Decoder(msgspec.Raw)
 #: Events are decoded in slices of about this many bytes, so that only one slice's Python
 #: objects exist at a time: memory stays near the file's size however many events it has.
 SLICE_BYTES = 16 * 1024 * 1024
-#: The autograd op that finishes a parameter's gradient: where its post-accumulate hook fires.
-GRAD_READY = "torch::autograd::AccumulateGrad"
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+#: ``ph`` values of events with a duration; legacy traces may omit ``ph`` altogether.
+_COMPLETE = frozenset({"X", None})
 
 
-@dataclass
-class CommArgs:
-    """What an event says about the collective it belongs to (any field may be unknown)."""
+def max_trace_bytes() -> int:
+    import os
 
-    collective: str | None = None
-    bytes_per_call: int | None = None
-    group_size: int | None = None
-
-
-@dataclass
-class RankTrace:
-    """One rank's events. Times are microseconds; ``-1`` means "none" in integer columns."""
-
-    path: Path
-    rank: int
-    world_size: int | None
-    backend: str | None
-    names: list[str]              # name table; ``name_id`` indexes it
-    name_id: np.ndarray           # int32
-    category: list[str]           # category table; ``category_id`` indexes it
-    category_id: np.ndarray       # int32
-    start_us: np.ndarray          # float64, after HTA-compatible rounding (see ``_snap``)
-    end_us: np.ndarray            # float64
-    thread_id: np.ndarray         # int32 index into ``threads``
-    threads: list[tuple[Any, Any]]  # (pid, tid)
-    thread_names: dict[tuple[Any, Any], str]
-    stream: np.ndarray            # int64, -1 for host events
-    correlation: np.ndarray       # int64, -1 when absent
-    comm_args: dict[int, CommArgs] = field(default_factory=dict)  # by event index
-    grad_bytes: dict[int, int] = field(default_factory=dict)  # AccumulateGrad: its gradient
-
-    @property
-    def n_events(self) -> int:
-        return int(self.start_us.size)
-
-
-def read_bytes(path: Path) -> bytes:
     try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise TraceError(path, f"cannot be read ({error.strerror})") from None
+        return int(os.environ.get("DDPPROF_MAX_TRACE_BYTES", DEFAULT_MAX_TRACE_BYTES))
+    except ValueError:
+        return DEFAULT_MAX_TRACE_BYTES
+
+
+def read_bytes(path: Location) -> bytes:
+    """The file's JSON bytes, inflated if it is gzip, never more than :func:`max_trace_bytes`."""
+    raw = storage.read_bytes(path)
     if not raw:
         raise TraceError(path, "empty file")
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as error:
-            raise TraceError(path, f"truncated or corrupt gzip ({error})") from None
+        raw = _gunzip(raw, path, max_trace_bytes())
         if not raw.strip():
             raise TraceError(path, "empty file")
     return raw
 
 
-def decode(raw: bytes, path: Path) -> tuple[memoryview, _DistributedInfo | None]:
+def _gunzip(packed: bytes, path: Location, limit: int) -> bytes:
+    """Inflate every gzip member, stopping with a TraceError past ``limit`` bytes."""
+    pieces, size, data = [], 0, packed
+    try:
+        while data:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            while data:
+                chunk = inflater.decompress(data, 64 * 1024 * 1024)
+                size += len(chunk)
+                if size > limit:
+                    raise TraceError(path, f"inflates to more than {limit / 1024**3:.1f} GiB "
+                                           "(set DDPPROF_MAX_TRACE_BYTES to allow more)")
+                pieces.append(chunk)
+                data = inflater.unconsumed_tail
+                if inflater.eof:
+                    break
+            if not inflater.eof:
+                raise TraceError(path, "truncated or corrupt gzip (ends before its last "
+                                       "block)")
+            data = inflater.unused_data.lstrip(b"\x00")
+    except zlib.error as error:
+        raise TraceError(path, f"truncated or corrupt gzip ({error})") from None
+    return b"".join(pieces)
+
+
+def decode(raw: bytes, path: Location) -> tuple[memoryview, _DistributedInfo | None]:
     """The bytes of the ``traceEvents`` array (validated JSON) and ``distributedInfo``, for the
     object form and the bare-array form of a Chrome trace."""
     head = raw.lstrip()[:1]
@@ -154,7 +155,9 @@ def decode(raw: bytes, path: Path) -> tuple[memoryview, _DistributedInfo | None]
     events = document.traceEvents
     if memoryview(events)[:1] != b"[":
         raise TraceError(path, "not a trace (no traceEvents array)")
-    return memoryview(events), document.distributedInfo
+    info = document.distributedInfo
+    info = msgspec.convert(info, _DistributedInfo) if isinstance(info, dict) else None
+    return memoryview(events), info
 
 
 _WHITESPACE = frozenset(b" \t\r\n")
@@ -202,29 +205,60 @@ def _boundary(data: np.ndarray, begin: int, last: int) -> tuple[int, int] | None
     return None
 
 
-def rank_from_name(path: Path) -> int | None:
-    match = _RANK_IN_NAME.search(path.name)
+def rank_from_name(path: Location) -> int | None:
+    match = _RANK_IN_NAME.search(storage.name(path))
     return int(match.group(1)) if match else None
 
 
-def _as_int(value: Any) -> int:
-    """An integer argument, or -1 where it is absent, not a number or beyond int64."""
+def _id(value: Any) -> int | None:
+    """An id argument as HTA reads it (``int(value)``), or None where absent, negative or not a
+    number. Ids of 2**63 and above wrap around (mod 2**64) so that they stay distinct in
+    int64 (they are compared for equality only)."""
+    if value is None or isinstance(value, bool):
+        return None
     try:
         number = int(value)
     except (TypeError, ValueError, OverflowError):
-        return -1
-    return number if -(2**63) <= number < 2**63 else -1
+        return None
+    if number < 0:
+        return None
+    number %= 2**64
+    return number - 2**64 if number >= 2**63 else number
 
 
-def _snap(start: np.ndarray, duration: np.ndarray,
-          ts_is_float: bool) -> tuple[np.ndarray, np.ndarray]:
-    """HTA 0.5.0 rounds every event inward to whole microseconds (start up, end down) when the
-    trace's timestamps are not all JSON integers, i.e. nanosecond-resolution Kineto output;
-    integer-µs traces are used as they are. Reproduced so that unions match HTA's."""
-    end = start + duration
-    if ts_is_float:
-        start, end = np.ceil(start), np.floor(end)
-    return start, end
+def _ids(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, present) columns; -1 and False where an id is absent, negative or not a number."""
+    try:
+        column = np.array([-1 if v is None else v for v in values], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # strings, floats, huge ints: rare
+        ids = [_id(v) for v in values]
+        return (np.array([-1 if i is None else i for i in ids], dtype=np.int64),
+                np.array([i is not None for i in ids], dtype=bool))
+    return column, column >= 0
+
+
+def _streams(values: list[Any]) -> np.ndarray:
+    """``args.stream`` as HTA reads it: ``int(value)``; -1 where that fails, is negative, or
+    is beyond int64 (no device has such a stream)."""
+    try:
+        column = np.array([-1 if v is None else v for v in values], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        column = np.array([_stream(v) for v in values], dtype=np.int64)
+    return np.where(column >= 0, column, -1)
+
+
+def _stream(value: Any) -> int:
+    number = _id(value)
+    return -1 if number is None or number < 0 or int(value) >= 2**63 else number
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 class _Columns:
@@ -237,63 +271,88 @@ class _Columns:
         self.tids: dict[Any, int] = {}
         self.thread_names: dict[tuple[Any, Any], str] = {}
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in (
-            "ts", "dur", "name", "category", "pid", "tid", "stream", "correlation")}
+            "ts", "dur", "name", "category", "pid", "tid", "stream", "correlation",
+            "has_correlation", "external_id")}
         self.comm_args: dict[int, CommArgs] = {}
         self.grad_bytes: dict[int, int] = {}
-        self.name_is_comm: list[bool] = []
-        self.ts_is_float = False
+        self.matmul_flops: dict[int, float] = {}
+        self.wants_args: list[bool] = []      # by name code: keep this event's call arguments
+        self.ts_all_integers = True
+        self.ts_low, self.ts_high, self.ts_missing = math.inf, -math.inf, False
+        self.dropped = 0
         self.count = 0
 
     def add(self, events: list[_Event]) -> None:
         # One list comprehension per column, and interning through C-level ``map``: several
         # times faster than a Python loop over events, which would cost more than the decoding.
+        phases = [e.ph for e in events]
+        self._read_thread_names(events, phases)
         ts_all = [e.ts for e in events]
-        # HTA's column is float64, and so rounded, if any event's ts is not a JSON integer
-        self.ts_is_float = self.ts_is_float or any(t.__class__ is not int for t in ts_all)
+        dur_all = [e.dur for e in events]
+        present = [t for t in ts_all if t is not None]
+        self.ts_missing = self.ts_missing or len(present) < len(ts_all)
+        if present:
+            self.ts_low = min(self.ts_low, min(present))
+            self.ts_high = max(self.ts_high, max(present))
+        # Complete events with a start and a duration; the profiler's own "Trace" span,
+        # metadata, instants, counters and flow arrows go before they cost anything more.
+        keep = [ph in _COMPLETE and ts is not None and dur is not None and cat != "Trace"
+                for ph, ts, dur, cat in zip(phases, ts_all, dur_all, (e.cat for e in events),
+                                            strict=True)]
+        self.dropped += sum(1 for ph, ts, dur in zip(phases, ts_all, dur_all, strict=True)
+                            if ph == "X" and (ts is None or dur is None))
+        if not all(keep):
+            events = list(compress(events, keep))
+            ts_all = list(compress(ts_all, keep))
+            dur_all = list(compress(dur_all, keep))
+        # HTA's ts column is float64, and so rounded, if any event's ts is not a JSON integer
+        self.ts_all_integers = self.ts_all_integers and all(t.__class__ is int for t in ts_all)
         ts = np.array(ts_all, dtype=np.float64)
-        dur = np.array([e.dur for e in events], dtype=np.float64)
-        categories = [e.cat for e in events]
-        self._read_thread_names(events, categories)
-        # HTA keeps events with a category, a start and a duration, minus the "Trace" span;
-        # the rest (flow arrows, metadata, instants) is dropped before it costs anything more.
-        keep = ~np.isnan(ts) & ~np.isnan(dur)
-        keep &= np.array([c is not None and c != "Trace" for c in categories], dtype=bool)
-        if not keep.all():
-            mask = keep.tolist()
-            events = list(compress(events, mask))
-            categories = list(compress(categories, mask))
-            ts, dur = ts[keep], dur[keep]
+        dur = np.array(dur_all, dtype=np.float64)
         names = _intern(self.names, [e.name for e in events])
+        if len(self.wants_args) < len(self.names):
+            self.wants_args += [classify.keeps_call_arguments(name) for name in
+                                list(self.names)[len(self.wants_args):]]
         args = [e.args or _NO_ARGS for e in events]
-        if len(self.name_is_comm) < len(self.names):
-            self.name_is_comm += [_names_comm(name) for name in
-                                  list(self.names)[len(self.name_is_comm):]]
+        correlation, has_correlation = _ids([a.correlation for a in args])
+        external_id, _ = _ids([a.external_id if a.external_id is not None
+                               else a.old_external_id for a in args])
         columns = {
             "ts": ts, "dur": dur, "name": names,
-            "category": _intern(self.categories, categories),
+            "category": _intern(self.categories, [e.cat for e in events]),
             # pid and tid interned apart (no tuple per event), paired up in ``load``
             "pid": _intern(self.pids, [e.pid for e in events]),
             "tid": _intern(self.tids, [e.tid for e in events]),
-            "stream": _integers([a.stream for a in args]),
-            "correlation": _integers([a.correlation for a in args]),
+            "stream": _streams([a.stream for a in args]),
+            "correlation": correlation,
+            "has_correlation": has_correlation,
+            "external_id": external_id,
         }
         declared = np.array([a.collective is not None for a in args], dtype=bool)
-        comm = np.flatnonzero(declared | np.array(self.name_is_comm, dtype=bool)[names])
-        self.comm_args.update((self.count + int(i), _comm_args(args[i])) for i in comm)
-        grad_code = self.names.get(GRAD_READY)
+        wanted = np.flatnonzero(declared | np.array(self.wants_args, dtype=bool)[names])
+        self.comm_args.update((self.count + int(i), _comm_args(args[i])) for i in wanted)
+        grad_code = self.names.get(classify.GRAD_READY)
         if grad_code is not None:
             for i in np.flatnonzero(names == grad_code):
                 size = _bytes_from_shapes(args[i])
                 if size is not None:
                     self.grad_bytes[self.count + int(i)] = size
+        for name, first in classify.MATMUL_OPS.items():
+            code = self.names.get(name)
+            for i in np.flatnonzero(names == code) if code is not None else ():
+                flops = _matmul_flops(args[i], first)
+                if flops is not None:
+                    self.matmul_flops[self.count + int(i)] = flops
         for key, values in columns.items():
             self.parts[key].append(values)
         self.count += len(events)
 
-    def _read_thread_names(self, events: list[_Event], categories: list[str | None]) -> None:
-        for event in compress(events, [c is None for c in categories]):  # "ph": "M" events
+    def _read_thread_names(self, events: list[_Event], phases: list[str | None]) -> None:
+        for event in compress(events, [ph == "M" for ph in phases]):
             if event.name == "thread_name" and event.args is not None:
-                self.thread_names[(event.pid, event.tid)] = event.args.thread_label or ""
+                label = event.args.thread_label
+                self.thread_names[(event.pid, event.tid)] = label if isinstance(
+                    label, str) else ""
 
     def extend(self, other: _Columns) -> None:
         """Append ``other`` (decoded elsewhere, with its own interning tables)."""
@@ -303,18 +362,23 @@ class _Columns:
             "pid": _intern(self.pids, list(other.pids)),
             "tid": _intern(self.tids, list(other.tids)),
         }
-        self.name_is_comm = [_names_comm(name) for name in self.names]
+        self.wants_args = [classify.keeps_call_arguments(name) for name in self.names]
         for key, arrays in other.parts.items():
             self.parts[key] += [remap[key][a] for a in arrays] if key in remap else arrays
         self.comm_args.update((self.count + i, args) for i, args in other.comm_args.items())
         self.grad_bytes.update((self.count + i, size) for i, size in other.grad_bytes.items())
+        self.matmul_flops.update((self.count + i, f) for i, f in other.matmul_flops.items())
         self.thread_names.update(other.thread_names)
-        self.ts_is_float = self.ts_is_float or other.ts_is_float
+        self.ts_all_integers = self.ts_all_integers and other.ts_all_integers
+        self.ts_low, self.ts_high = min(self.ts_low, other.ts_low), max(self.ts_high,
+                                                                        other.ts_high)
+        self.ts_missing = self.ts_missing or other.ts_missing
+        self.dropped += other.dropped
         self.count += other.count
 
-    def column(self, key: str) -> np.ndarray:
+    def column(self, key: str, dtype=np.float64) -> np.ndarray:
         parts = self.parts[key]
-        return np.concatenate(parts) if parts else np.empty(0)
+        return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
 
 def _intern(table: dict[Any, int], values: list[Any]) -> np.ndarray:
@@ -324,13 +388,65 @@ def _intern(table: dict[Any, int], values: list[Any]) -> np.ndarray:
     return np.fromiter(map(table.__getitem__, values), np.int32, len(values))
 
 
-def _integers(values: list[Any]) -> np.ndarray:
-    """Integer arguments as HTA reads them (``int(value)``), exactly; -1 where absent, not a
-    number, or beyond int64."""
+# ---- lenient decoding: a slice whose values have unexpected types -------------------------
+
+def _lenient_events(items: list[Any]) -> list[_Event]:
+    """Events from arbitrary JSON values: anything not shaped like an event is skipped, and a
+    field of an unexpected type reads as absent (names and ids as text)."""
+    events = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        name = item.get("name", "")
+        args = item.get("args")
+        events.append(_Event(
+            name=name if isinstance(name, str) else _text(name),
+            ph=item.get("ph") if isinstance(item.get("ph"), str) else None,
+            cat=item.get("cat") if isinstance(item.get("cat"), str) else None,
+            ts=_number(item.get("ts")), dur=_number(item.get("dur")),
+            pid=_hashable(item.get("pid", 0)), tid=_hashable(item.get("tid", 0)),
+            args=_lenient_args(args) if isinstance(args, dict) else None))
+    return events
+
+
+def _lenient_args(args: dict[str, Any]) -> _Args:
+    def scalar(key: str) -> int | float | str | None:
+        value = args.get(key)
+        return value if isinstance(value, int | float | str) and not isinstance(
+            value, bool) else None
+
+    return _Args(stream=scalar("stream"), correlation=scalar("correlation"),
+                 external_id=scalar("External id"), old_external_id=scalar("external id"),
+                 input_dims=msgspec.Raw(msgspec.json.encode(args.get("Input Dims"))),
+                 input_type=msgspec.Raw(msgspec.json.encode(args.get("Input type"))),
+                 collective=args.get("Collective name"), in_nelems=args.get("In msg nelems"),
+                 out_nelems=args.get("Out msg nelems"), dtype=args.get("dtype"),
+                 group_size=args.get("Group size"), group=args.get("Process Group Name"),
+                 group_ranks=args.get("Process Group Ranks"), sequence=args.get("Seq"),
+                 thread_label=args.get("name"))
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+
+
+def _hashable(value: Any) -> int | str:
+    return value if isinstance(value, int | str) and not isinstance(value, bool) else _text(value)
+
+
+class _NotEvents(ValueError):
+    """A slice of ``traceEvents`` that holds values but not one event object."""
+
+
+def _decode_slice(data: bytes) -> list[_Event]:
     try:
-        return np.array([-1 if v is None else v for v in values], dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):  # strings, floats, huge ints: rare
-        return np.array([_as_int(v) for v in values], dtype=np.int64)
+        return _ARRAY_DECODER.decode(data)
+    except msgspec.ValidationError:
+        items = _LENIENT_DECODER.decode(data)
+        events = _lenient_events(items)
+        if items and not any(isinstance(item, dict) for item in items):
+            raise _NotEvents from None
+        return events
 
 
 #: The array being decoded, for forked workers to read without copying.
@@ -341,11 +457,11 @@ def _decode_pieces(pieces: list[tuple[int, int]]) -> _Columns:
     assert _SHARED is not None
     columns = _Columns()
     for start, end in pieces:
-        columns.add(_ARRAY_DECODER.decode(b"".join((b"[", _SHARED[start:end], b"]"))))
+        columns.add(_decode_slice(b"".join((b"[", _SHARED[start:end], b"]"))))
     return columns
 
 
-def _decode_events(array: memoryview, path: Path, workers: int) -> _Columns:
+def _decode_events(array: memoryview, path: Location, workers: int) -> _Columns:
     """Decode the events slice by slice, on ``workers`` forked processes when that helps."""
     global _SHARED
     pieces = _slices(array)
@@ -355,13 +471,13 @@ def _decode_events(array: memoryview, path: Path, workers: int) -> _Columns:
             return _decode_pieces(pieces)
         try:
             return _decode_in_parallel(pieces, workers)
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except msgspec.DecodeError:
             pass  # a cut fell inside an event after all: decode the array whole
         return _decode_pieces([(1, len(array) - 1)])
-    except msgspec.ValidationError as error:
-        raise TraceError(path, f"not a trace ({error})") from None
     except msgspec.DecodeError as error:
         raise TraceError(path, f"invalid JSON ({error})") from None
+    except _NotEvents:
+        raise TraceError(path, "not a trace (traceEvents holds no event objects)") from None
     except (OverflowError, TypeError, ValueError) as error:
         raise TraceError(path, f"not a trace (a number out of range: {error})") from None
     finally:
@@ -384,45 +500,100 @@ def _decode_in_parallel(pieces: list[tuple[int, int]], workers: int) -> _Columns
     return merged
 
 
-def load(path: Path, workers: int = 1) -> RankTrace:
-    """Load ``path`` (``.json``, ``.json.gz``, object or bare-array form) as one rank,
-    decoding large files on up to ``workers`` processes."""
+def load(path: Location, workers: int = 1) -> RankTrace:
+    """Load ``path`` (``.json``, ``.json.gz``, object or bare-array form) as one rank's
+    events, decoding large files on up to ``workers`` processes. The rank is
+    ``distributedInfo.rank``, else a number in the file name (``rank3``, ``worker_3``), else
+    None (the run decides)."""
     raw = read_bytes(path)
     array, info = decode(raw, path)
-    rank = info.rank if info and info.rank is not None else rank_from_name(path)
-    if rank is None:
-        raise TraceError(path, "no rank: no distributedInfo.rank and none in the file name "
-                               "(rank3, rank-3, worker_3, ...)")
     columns = _decode_events(array, path, workers)
     del array, raw
-    start, end = _snap(columns.column("ts"), columns.column("dur"), columns.ts_is_float)
+    start = columns.column("ts")
+    end = start + columns.column("dur")
     if not (np.all(np.isfinite(start)) and np.all(np.isfinite(end))):
         raise TraceError(path, "not a trace (timestamps out of range)")
     thread_id, threads = _pair_threads(columns)
+    rank, source = _rank(info, path)
     return RankTrace(
-        path=path, rank=rank, world_size=info.world_size if info else None,
-        backend=info.backend if info else None, names=list(columns.names),
-        name_id=columns.column("name"), category=list(columns.categories),
-        category_id=columns.column("category"), start_us=start, end_us=end,
-        thread_id=thread_id, threads=threads, thread_names=columns.thread_names,
-        stream=columns.column("stream"), correlation=columns.column("correlation"),
-        comm_args=columns.comm_args, grad_bytes=columns.grad_bytes)
+        path=path, rank=rank, rank_source=source,
+        world_size=_positive_int(info.world_size) if info else None,
+        backend=info.backend if info and isinstance(info.backend, str) else None,
+        process_groups=_process_groups(info.pg_config if info else None),
+        names=list(columns.names), name_id=columns.column("name", np.int32),
+        category=list(columns.categories), category_id=columns.column("category", np.int32),
+        start_us=start, end_us=end, thread_id=thread_id, threads=threads,
+        thread_names=columns.thread_names, stream=columns.column("stream", np.int64),
+        correlation=columns.column("correlation", np.int64),
+        has_correlation=columns.column("has_correlation", bool),
+        external_id=columns.column("external_id", np.int64),
+        timestamps_are_integers=columns.ts_all_integers,
+        ts_range=(columns.ts_low, columns.ts_high) if columns.ts_low <= columns.ts_high
+        else (0.0, 0.0), ts_missing=columns.ts_missing,
+        comm_args=columns.comm_args, grad_bytes=columns.grad_bytes,
+        matmul_flops=columns.matmul_flops, dropped_events=columns.dropped)
+
+
+def _rank(info: _DistributedInfo | None, path: Location) -> tuple[int | None, str | None]:
+    declared = _non_negative_int(info.rank) if info else None
+    if declared is not None:
+        return declared, "distributedInfo"
+    from_name = rank_from_name(path)
+    return (from_name, "file name") if from_name is not None else (None, None)
+
+
+def _non_negative_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        return None
+    return number if 0 <= number < 2**31 else None
+
+
+def _positive_int(value: Any) -> int | None:
+    number = _non_negative_int(value)
+    return number if number else None
+
+
+def _process_groups(config: Any) -> list[ProcessGroup]:
+    groups = []
+    for entry in config if isinstance(config, list) else []:
+        if isinstance(entry, dict) and entry.get("pg_name") is not None:
+            groups.append(ProcessGroup(str(entry["pg_name"]), _positive_int(entry.get("pg_size")),
+                                       _rank_list(entry.get("ranks"))))
+    return groups
+
+
+def _rank_list(value: Any) -> tuple[int, ...] | None:
+    """A list of ranks, given as a list or as its text (``"[0, 1, 2]"``)."""
+    if isinstance(value, str):
+        try:
+            value = msgspec.json.decode(value.encode())
+        except msgspec.DecodeError:
+            return None
+    if isinstance(value, list) and all(_non_negative_int(v) is not None for v in value):
+        return tuple(int(v) for v in value)
+    return None
 
 
 def _pair_threads(columns: _Columns) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
     """Thread codes for (pid, tid) pairs, from the separately interned pids and tids."""
     pids, tids = list(columns.pids), list(columns.tids)
-    pair = columns.column("pid").astype(np.int64) * len(tids) + columns.column("tid")
-    present = np.zeros(max(len(pids) * len(tids), 1), dtype=bool)
-    present[pair] = True
-    pairs = np.flatnonzero(present)
-    code = np.zeros(present.size, dtype=np.int32)
-    code[pairs] = np.arange(pairs.size, dtype=np.int32)
-    return code[pair], [(pids[p // len(tids)], tids[p % len(tids)]) for p in pairs.tolist()]
-
-
-def _names_comm(name: str) -> bool:
-    return name.startswith(("gloo:", "nccl:", "c10d::")) or name == "record_param_comms"
+    pair = columns.column("pid", np.int32).astype(np.int64) * len(tids) + columns.column(
+        "tid", np.int32)
+    if len(pids) * len(tids) <= 1 << 24:  # a table of every (pid, tid): no sort
+        present = np.zeros(max(len(pids) * len(tids), 1), dtype=bool)
+        present[pair] = True
+        pairs = np.flatnonzero(present)
+        code = np.zeros(present.size, dtype=np.int32)
+        code[pairs] = np.arange(pairs.size, dtype=np.int32)
+        code = code[pair]
+    else:
+        pairs, code = np.unique(pair, return_inverse=True)
+    return code.astype(np.int32), [(pids[p // len(tids)], tids[p % len(tids)])
+                                   for p in pairs.tolist()]
 
 
 DTYPE_BYTES = {
@@ -430,26 +601,39 @@ DTYPE_BYTES = {
     "float64": 8, "int": 4, "int32": 4, "long": 8, "int64": 8, "long int": 8, "short": 2,
     "int16": 2, "signed char": 1, "int8": 1, "unsigned char": 1, "uint8": 1, "bool": 1,
     "c10::half": 2, "c10::bfloat16": 2, "c10::complex<float>": 8, "c10::complex<double>": 16,
-    "byte": 1, "char": 1,
+    "byte": 1, "char": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1, "uint16": 2, "uint32": 4, "uint64": 8,
 }
 
 
-def dtype_bytes(name: str | None) -> int | None:
-    return DTYPE_BYTES.get(name.lower()) if name else None
+def dtype_bytes(name: Any) -> int | None:
+    return DTYPE_BYTES.get(name.lower()) if isinstance(name, str) else None
+
+
+def _message_bytes(nelems: Any, dtype: Any) -> int | None:
+    element = dtype_bytes(dtype)
+    if element is None or isinstance(nelems, bool) or not isinstance(nelems, int):
+        return None
+    size = nelems * element
+    return size if 0 <= size < 2**62 else None
 
 
 def _comm_args(args: _Args) -> CommArgs:
-    size = None
-    if args.in_nelems is not None and dtype_bytes(args.dtype):
-        size = args.in_nelems * dtype_bytes(args.dtype)
-        size = size if 0 <= size < 2**62 else None
-    else:
-        size = _bytes_from_shapes(args)
-    return CommArgs(args.collective, size, args.group_size)
+    in_bytes = _message_bytes(args.in_nelems, args.dtype)
+    if in_bytes is None:
+        in_bytes = _bytes_from_shapes(args)
+    ranks = _rank_list(args.group_ranks)
+    collective = args.collective if isinstance(args.collective, str) else None
+    group = None if args.group is None else _text(args.group)
+    return CommArgs(collective=collective, in_bytes=in_bytes,
+                    out_bytes=_message_bytes(args.out_nelems, args.dtype),
+                    group_size=_positive_int(args.group_size) or (len(ranks) if ranks else None),
+                    group=group, group_ranks=ranks, sequence=_non_negative_int(args.sequence))
 
 
 def _bytes_from_shapes(args: _Args) -> int | None:
-    """Sum over tensor inputs of numel × element size, from ``Input Dims`` / ``Input type``."""
+    """Sum over tensor inputs of numel × element size, from ``Input Dims`` / ``Input type``
+    (a tensor list records no element type, so it is not counted)."""
     try:
         dims = msgspec.json.decode(args.input_dims)
         types = msgspec.json.decode(args.input_type)
@@ -460,8 +644,30 @@ def _bytes_from_shapes(args: _Args) -> int | None:
     total = 0
     for shape, type_name in zip(dims, types, strict=False):
         element = dtype_bytes(type_name) if isinstance(type_name, str) else None
-        if element is None or not isinstance(shape, list) or not shape:
+        if element is None:
             continue
-        if all(isinstance(d, int) for d in shape):
-            total += math.prod(shape) * element
+        numel = _numel(shape)
+        if numel is not None:
+            total += numel * element
     return total if 0 < total < 2**62 else None
+
+
+def _matmul_flops(args: _Args, first: int) -> float | None:
+    """2·M·K·N (times the batch of a batched product) from the two factors' ``Input Dims``."""
+    try:
+        dims = msgspec.json.decode(args.input_dims)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(dims, list) or len(dims) < first + 2:
+        return None
+    a, b = dims[first], dims[first + 1]
+    if _numel(a) is None or _numel(b) is None or len(a) != len(b) or len(a) not in (2, 3):
+        return None
+    return 2.0 * math.prod(a) * b[-1]
+
+
+def _numel(shape: Any) -> int | None:
+    if isinstance(shape, list) and shape and all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        return math.prod(shape)
+    return None

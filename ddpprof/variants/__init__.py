@@ -1,40 +1,80 @@
-"""The data-parallel variants, selectable by name; each lives in a small module of its own."""
+"""The data-parallel variants, selectable by name; each lives in a small module of its own.
+
+The registry below names every variant without importing it: the analysis side (``analyze``,
+``gate``, ``simulate``, ``memory``) and option validation need the names, and must not pay for
+importing torch. :func:`variant_class` imports a variant's module when a rank actually builds it.
+"""
 
 from __future__ import annotations
 
-from torch import nn
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .base import DataParallel
-from .bucket_ddp_async import BucketDDPAsync
-from .pytorch_ddp import PyTorchDDP
-from .simple_ddp import SimpleDDP
-from .simple_ddp_async import SimpleDDPAsync
-from .simple_ddp_ga import SimpleDDPGA
-from .simple_ddp_hook import SimpleDDPHook
-from .single import Single
+if TYPE_CHECKING:
+    from torch import nn
 
-VARIANTS: dict[str, type[DataParallel]] = {
-    "single": Single,
-    "simple_ddp": SimpleDDP,
-    "simple_ddp_ga": SimpleDDPGA,
-    "simple_ddp_hook": SimpleDDPHook,
-    "simple_ddp_async": SimpleDDPAsync,
-    "bucket_ddp_async": BucketDDPAsync,
-    "pytorch_ddp": PyTorchDDP,
-}
+    from .base import DataParallel
+
+
+@dataclass(frozen=True)
+class VariantInfo:
+    name: str
+    module: str                  # module in this package
+    class_name: str
+    #: Micro-steps per optimizer step when the user does not choose (``--grad-accum``).
+    default_grad_accum: int = 1
+    #: Whether it runs one process per rank under a process group (``single`` does not).
+    distributed: bool = True
+    #: Whether ``--bucket-cap-mb`` changes what it does.
+    bucketed: bool = False
+    #: Whether it takes ``--gradient-as-bucket-view`` (PyTorch DDP's option).
+    ddp_options: bool = False
+    #: What each rank holds a 1/N shard of: 0 nothing (DDP), 1 optimizer state, 2 and
+    #: gradients, 3 and parameters (ZeRO's stages).
+    zero_stage: int = 0
+
+    @property
+    def sharded(self) -> bool:
+        return self.zero_stage > 0
+
+
+VARIANTS: dict[str, VariantInfo] = {info.name: info for info in (
+    VariantInfo("single", "single", "Single", distributed=False),
+    VariantInfo("simple_ddp", "simple_ddp", "SimpleDDP"),
+    VariantInfo("simple_ddp_ga", "simple_ddp_ga", "SimpleDDPGA", default_grad_accum=2),
+    VariantInfo("simple_ddp_hook", "simple_ddp_hook", "SimpleDDPHook"),
+    VariantInfo("simple_ddp_async", "simple_ddp_async", "SimpleDDPAsync"),
+    VariantInfo("bucket_ddp_async", "bucket_ddp_async", "BucketDDPAsync", bucketed=True),
+    VariantInfo("pytorch_ddp", "pytorch_ddp", "PyTorchDDP", bucketed=True, ddp_options=True),
+    VariantInfo("zero1", "zero1", "Zero1", bucketed=True, zero_stage=1),
+    VariantInfo("zero2", "zero2", "Zero2", bucketed=True, zero_stage=2),
+    VariantInfo("pytorch_zero1", "pytorch_zero1", "PyTorchZero1", bucketed=True,
+                ddp_options=True, zero_stage=1),
+    VariantInfo("fsdp", "fsdp", "FSDP", zero_stage=3),
+)}
 VARIANT_NAMES: tuple[str, ...] = tuple(VARIANTS)
+#: The sharded (ZeRO) variants.
+SHARDED_VARIANT_NAMES: tuple[str, ...] = tuple(n for n, i in VARIANTS.items() if i.sharded)
+
+
+def variant_class(name: str) -> type[DataParallel]:
+    info = VARIANTS[name]
+    return getattr(importlib.import_module(f"{__name__}.{info.module}"), info.class_name)
 
 
 def make_variant(name: str, module: nn.Module, *, bucket_cap_mb: float = 25.0,
                  gradient_as_bucket_view: bool = False) -> DataParallel:
     """Wrap ``module`` in the variant called ``name`` (the process group must already exist,
     except for ``single``)."""
-    if name == "bucket_ddp_async":
-        return BucketDDPAsync(module, bucket_cap_mb=bucket_cap_mb)
-    if name == "pytorch_ddp":
-        return PyTorchDDP(module, bucket_cap_mb=bucket_cap_mb,
-                          gradient_as_bucket_view=gradient_as_bucket_view)
-    return VARIANTS[name](module)
+    info = VARIANTS[name]
+    options: dict[str, object] = {}
+    if info.bucketed:
+        options["bucket_cap_mb"] = bucket_cap_mb
+    if info.ddp_options:
+        options["gradient_as_bucket_view"] = gradient_as_bucket_view
+    return variant_class(name)(module, **options)
 
 
-__all__ = ["VARIANTS", "VARIANT_NAMES", "DataParallel", "make_variant"]
+__all__ = ["SHARDED_VARIANT_NAMES", "VARIANTS", "VARIANT_NAMES", "VariantInfo", "make_variant",
+           "variant_class"]

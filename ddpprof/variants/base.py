@@ -2,21 +2,27 @@
 
 The training loop drives every variant the same way::
 
+    optimizer = model.make_optimizer(torch.optim.AdamW, lr=lr)
     for micro in range(grad_accum):
         sync = micro == grad_accum - 1
         with nullcontext() if sync else model.no_sync():
             loss_fn(model, batch).backward()
     model.finish_gradient_sync()      # waits for / performs the one sync of this optimizer step
-    optimizer.step()
+    model.optimizer_step(optimizer)   # ZeRO-1/2 all-gather the updated shards in here
+    optimizer.zero_grad(set_to_none=True)
 
 so the first K-1 micro-steps never communicate and the K-th does: exactly one gradient sync per
 optimizer step, whatever the variant.
+
+A parameter that gets no gradient on any rank keeps ``grad is None`` after the sync, as under
+PyTorch DDP, so the optimizer skips it (a zero gradient would let AdamW's weight decay move it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -28,7 +34,8 @@ class DataParallel(nn.Module):
 
     Subclasses implement :meth:`_sync_gradients` (what "one gradient sync" means for them) and
     may hook into backward; hooks must consult :attr:`require_sync` so that they stay silent
-    inside :meth:`no_sync`.
+    inside :meth:`no_sync`. Sharded variants also override :meth:`make_optimizer` (the optimizer
+    over this rank's shard) and :meth:`optimizer_step` (step, then make parameters whole).
     """
 
     #: Micro-steps per optimizer step when the user does not choose (``--grad-accum``).
@@ -42,6 +49,7 @@ class DataParallel(nn.Module):
         super().__init__()
         self.module = module
         self.world_size = dist.get_world_size() if self.distributed else 1
+        self.rank = dist.get_rank() if self.distributed else 0
         self._sync_enabled = True
         if self.distributed and self.broadcasts_initial_state:
             self._broadcast_initial_state()
@@ -64,21 +72,54 @@ class DataParallel(nn.Module):
             self._sync_enabled = previous
 
     def finish_gradient_sync(self) -> None:
-        """Complete this optimizer step's gradient sync: afterwards every ``param.grad`` holds the
-        mean over ranks. A no-op inside :meth:`no_sync`."""
+        """Complete this optimizer step's gradient sync: afterwards the gradients the optimizer
+        reads hold the mean over ranks. A no-op inside :meth:`no_sync`."""
         if self._sync_enabled:
             self._sync_gradients()
 
     def _sync_gradients(self) -> None:
         raise NotImplementedError
 
+    def make_optimizer(self, optimizer_class: type[torch.optim.Optimizer],
+                       **kwargs: Any) -> torch.optim.Optimizer:
+        """The optimizer the loop steps: here over every trainable parameter; a sharded variant
+        builds it over the part of the parameters this rank updates."""
+        return optimizer_class(self.trainable_parameters(), **kwargs)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Step ``optimizer``; afterwards every rank holds the updated parameters it computes
+        with (ZeRO-1/2 all-gather the updated shards here)."""
+        optimizer.step()
+
+    def collectives_per_sync(self) -> dict[str, int | None]:
+        """Collectives one optimizer step launches, by kind (``all_reduce``, ``reduce_scatter``,
+        ``all_gather``, ``broadcast``): what a trace should show per step. A count is ``None``
+        where the implementation does not say."""
+        return {"all_reduce": len(self.trainable_parameters())}
+
+    def gradient_buckets(self) -> list[list[nn.Parameter]] | None:
+        """The parameters whose gradients each gradient collective of one sync carries, one
+        list per collective, in the order the collectives are launched; None where the variant
+        launches none or the implementation does not say. Here: one all-reduce per trainable
+        parameter, in registration order (what ``simple_ddp`` does)."""
+        return [[p] for p in self.trainable_parameters()]
+
+    def parameter_names(self) -> dict[int, str]:
+        """The wrapped model's parameter names (``named_parameters()``), by ``id`` of the
+        parameter."""
+        return {id(p): name for name, p in self.module.named_parameters()}
+
     def allreduces_per_sync(self) -> int | None:
-        """All-reduce calls that one gradient sync launches: what a trace should show per
-        optimizer step. ``None`` where the implementation does not say."""
-        return len(self.trainable_parameters())
+        """The ``all_reduce`` entry of :meth:`collectives_per_sync` (0 when it launches none)."""
+        return self.collectives_per_sync().get("all_reduce", 0)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.module.parameters() if p.requires_grad]
+
+    def full_parameters(self) -> list[torch.Tensor]:
+        """Every parameter of the module, whole, detached: gathered first where a rank holds only
+        a shard (a collective then: call it on every rank)."""
+        return [p.detach() for p in self.module.parameters()]
 
     def _broadcast_initial_state(self) -> None:
         # Ranks seed differently or load differently; rank 0's values are the run's values.
@@ -108,13 +149,18 @@ def all_reduce_sum(tensor: torch.Tensor, *, blocking: bool) -> dist.Work | None:
     return None
 
 
-def grad_or_zeros(param: nn.Parameter) -> torch.Tensor:
-    """The parameter's gradient, materialised as zeros if it got none this step.
+# torch 2.13 renamed the single-tensor collectives; older releases have only the old names.
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
-    A rank on which a parameter received no gradient must still join that parameter's
-    collective, or the ranks' collectives stop matching and the step hangs; it contributes
-    zeros, which is what DDP's ``find_unused_parameters`` reduction does too.
-    """
-    if param.grad is None:
-        param.grad = torch.zeros_like(param)
-    return param.grad
+
+def reduce_scatter_sum(output: torch.Tensor, input: torch.Tensor) -> dist.Work:
+    """Launch the sum over ranks of ``input``, rank r receiving chunk r (``output``, which may be
+    that chunk of ``input`` itself); returns the handle."""
+    return _reduce_scatter_single(output, input, op=dist.ReduceOp.SUM, async_op=True)
+
+
+def all_gather(output: torch.Tensor, input: torch.Tensor) -> dist.Work:
+    """Launch the gather of every rank's ``input`` into ``output`` (rank r's at chunk r;
+    ``input`` may be that chunk of ``output`` itself); returns the handle."""
+    return _all_gather_single(output, input, async_op=True)

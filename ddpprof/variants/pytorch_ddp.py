@@ -39,9 +39,33 @@ class PyTorchDDP(DataParallel):
         # DDP's Reducer finishes inside backward: when backward returns, grads are averaged.
         pass
 
-    def allreduces_per_sync(self) -> int | None:
-        # The Reducer re-buckets after the first step, in the order gradients actually arrived;
-        # its bucket count is only reachable through a private call, so tolerate its absence.
+    def collectives_per_sync(self) -> dict[str, int | None]:
+        return {"all_reduce": self.reducer_buckets()}
+
+    def parameter_names(self) -> dict[int, str]:
+        return {id(p): name for name, p in self.module.module.named_parameters()}
+
+    def gradient_buckets(self) -> list[list[nn.Parameter]] | None:
+        """The Reducer's buckets after its rebuild (the order gradients arrived in the first
+        step), from DDP's logging data: ``rebuilt_per_bucket_param_indices`` ("5 4 3 2, 1 0"),
+        indices into the trainable parameters. None before the rebuild, or where torch does
+        not say."""
+        try:
+            layout = self.module._get_ddp_logging_data().get("rebuilt_per_bucket_param_indices")
+        except (AttributeError, RuntimeError):
+            return None
+        params = self.trainable_parameters()
+        try:
+            buckets = [[params[int(i)] for i in bucket.split()]
+                       for bucket in str(layout or "").split(",") if bucket.strip()]
+        except (ValueError, IndexError):
+            return None
+        return buckets or None
+
+    def reducer_buckets(self) -> int | None:
+        """The Reducer's bucket count. It re-buckets after the first step, in the order gradients
+        actually arrived; the count is only reachable through a private call, so tolerate its
+        absence (``None``)."""
         try:
             return len(self.module.reducer._get_zeros_like_grad_buckets())
         except (AttributeError, RuntimeError):

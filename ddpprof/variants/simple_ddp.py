@@ -2,16 +2,20 @@
 
 Seed 000's "naive DP": communication starts only when the whole backward is done, so none of
 it can overlap with compute.
+
+A parameter without a gradient is taken to be unused on every rank (the ranks run the same
+graph, as the hook variants need anyway) and is left out on every rank alike: its ``grad`` stays
+``None``, as under DDP, and the optimizer skips it.
 """
 
 from __future__ import annotations
 
-from .base import DataParallel, all_reduce_sum, grad_or_zeros
+from .base import DataParallel, all_reduce_sum
 
 
 class SimpleDDP(DataParallel):
     def _sync_gradients(self) -> None:
         for param in self.trainable_parameters():
-            grad = grad_or_zeros(param)
-            all_reduce_sum(grad, blocking=True)
-            grad.div_(self.world_size)
+            if param.grad is not None:
+                all_reduce_sum(param.grad, blocking=True)
+                param.grad.div_(self.world_size)

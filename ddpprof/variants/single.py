@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from torch import nn
+
 from .base import DataParallel
 
 
@@ -11,5 +13,8 @@ class Single(DataParallel):
     def _sync_gradients(self) -> None:
         pass
 
-    def allreduces_per_sync(self) -> int:
-        return 0
+    def collectives_per_sync(self) -> dict[str, int | None]:
+        return {}
+
+    def gradient_buckets(self) -> list[list[nn.Parameter]] | None:
+        return None

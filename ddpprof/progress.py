@@ -7,8 +7,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 _STEP_LINE = re.compile(rb"ddpprof-step (\d+)/(\d+)")
 
@@ -39,9 +39,12 @@ class Progress:
         if not self.live:
             self._write(self._label + " ...")
 
-    def follow(self, process: subprocess.Popen, log_path: Path, steps: int) -> None:
-        """Wait for ``process``; on a terminal, show the step rank 0 last reported."""
+    def follow(self, process: subprocess.Popen, log_path: Path, steps: int,
+               on_tick: Callable[[], None] = lambda: None) -> None:
+        """Wait for ``process``, calling ``on_tick`` four times a second; on a terminal, show
+        the step rank 0 last reported."""
         while process.poll() is None:
+            on_tick()
             if self.live and not self.quiet:
                 step = _last_step(log_path)
                 elapsed = time.monotonic() - self._started
@@ -50,9 +53,9 @@ class Progress:
         if self.live and not self.quiet:
             self._write("\r\033[K", end="")
 
-    def finish(self, status: str, throughput: dict[str, Any] | None, error: str | None) -> None:
+    def finish(self, status: str, samples_per_s: float | None, error: str | None) -> None:
         elapsed = time.monotonic() - self._started
-        detail = f"{throughput['samples_per_s']:,.0f} samples/s" if throughput else ""
+        detail = f"{samples_per_s:,.0f} samples/s" if samples_per_s else ""
         if error:
             detail = error
         self._write(f"{self._label}  {status} in {elapsed:.1f}s  {detail}".rstrip())

@@ -1,0 +1,494 @@
+"""One rank's metrics, from its loaded trace: which events are analyzed, their breakdown, the
+collectives, per-step rows and the timeline. Pure: no I/O.
+
+GPU traces (any event with a device stream) are analyzed over device events as HTA 0.5.0
+does; CPU traces over host lanes (see ``ddpprof.metrics.breakdown``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TraceError
+from ..metrics import intervals as iv
+from ..metrics.breakdown import (
+    Breakdown,
+    device_breakdown,
+    host_breakdown,
+    hta_device_breakdown,
+    hta_sort_dtype,
+    overlap_pct,
+)
+from ..metrics.comm import CollectiveCalls, collective_stats, message_bytes
+from ..trace import classify
+from ..trace.classify import Kind
+from ..trace.events import CommArgs, RankTrace
+from .buckets import BucketTimeline, bucket_timeline
+from .options import AnalysisOptions, LastStep
+from .results import CommBar, HostSignals, RankResult, StepRow, Timeline
+
+#: Collectives that reduce gradients: what a bucket is launched as.
+GRADIENT_REDUCTIONS = ("all_reduce", "reduce_scatter")
+#: The timeline of one step keeps at most this many communication bars (a whole-trace window
+#: can hold tens of thousands); the page says how many were left out.
+MAX_TIMELINE_BARS = 2000
+
+
+def event_times(trace: RankTrace, hta_rounding: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of every event in µs: as recorded, or, with ``hta_rounding`` and a trace
+    whose timestamps are not all JSON integers (Kineto's ns output), rounded inward to whole
+    µs as HTA 0.5.0 does by default (start up, end down; a sub-µs event can end before it
+    starts)."""
+    if hta_rounding and not trace.timestamps_are_integers:
+        return np.ceil(trace.start_us), np.floor(trace.end_us)
+    return trace.start_us, trace.end_us
+
+
+def analyze_rank(trace: RankTrace, rank: int, last_step: LastStep,
+                 options: AnalysisOptions) -> RankResult:
+    """All metrics of one rank, covering what ``last_step`` says (decided by the run)."""
+    stream = classify.streams(trace)
+    steps, _ = classify.profiler_steps(trace, stream)
+    if last_step == LastStep.DROPPED:
+        analyzed = steps[:-1]
+    elif last_step == LastStep.NO_STEPS or steps.size == 0:
+        analyzed = np.empty(0, dtype=np.int64)
+    else:
+        analyzed = steps
+    if classify.is_gpu_trace(stream):
+        result = _DeviceAnalysis(trace, stream, last_step, analyzed, options).result(rank)
+    else:
+        result = _HostAnalysis(trace, stream, last_step, analyzed, options).result(rank)
+    result.total_steps = int(steps.size)
+    if trace.dropped_events:
+        result.notes.append(f"{trace.dropped_events} complete events without a start or a "
+                            "duration were skipped")
+    return result
+
+
+def _nothing_to_measure(trace: RankTrace) -> TraceError:
+    if trace.n_events == 0:
+        return TraceError(trace.path, "nothing to measure: no complete events (only metadata, "
+                                      "counters or instants)")
+    return TraceError(trace.path, "nothing to measure: no device kernels and no host ops "
+                                  "with a duration")
+
+
+class _DeviceAnalysis:
+    def __init__(self, trace: RankTrace, stream: np.ndarray, last_step: LastStep,
+                 analyzed: np.ndarray, options: AnalysisOptions) -> None:
+        self.trace, self.stream, self.last_step = trace, stream, last_step
+        self.analyzed, self.options = analyzed, options
+        self.notes: list[str] = []
+        self.start, self.end = event_times(trace, options.hta_compat)
+        classifier = classify.KernelClassifier(options.comm_kernels, options.hta_compat)
+        self.kinds = classify.kernel_kinds(trace, classifier)
+        self.selected, self.host_kept = self._select()
+        self.order = self._hta_row_order()
+
+    def _hta_row_order(self) -> np.ndarray:
+        """The selected events in HTA's row order: launched device events, then the other
+        events with a stream, each in file order (its ``pd.concat`` of the two filters).
+        Only ``--hta-compat`` depends on it (see ``hta_merge``)."""
+        if not self.last_step.filters:
+            return np.flatnonzero(self.selected)
+        device = classify.device_kernels(self.trace, self.stream)
+        return np.concatenate([np.flatnonzero(self.selected & device),
+                               np.flatnonzero(self.selected & ~device)])
+
+    def _select(self) -> tuple[np.ndarray, np.ndarray]:
+        """HTA 0.5.0's analyzed events. With 2+ ProfilerSteps named: host events that start
+        before the last step starts (or, keeping it, by its end) and device events launched by
+        one of them (same correlation id); otherwise every event. Either way only events with
+        a stream count (``stream != -1``)."""
+        trace, stream = self.trace, self.stream
+        if not self.last_step.filters:
+            return classify.on_device(stream), np.ones(trace.n_events, dtype=bool)
+        device = classify.device_kernels(trace, stream)
+        host = ~device
+        step_spans = host & classify.is_step_span(trace)
+        if self.last_step == LastStep.DROPPED:
+            host_kept = host & (self.start < self.start[step_spans].max())
+        else:
+            host_kept = host & (self.start <= self.end[step_spans].max())
+        device_kept = device & self._launched_by(host_kept, device)
+        return (device_kept | host_kept) & classify.on_device(stream), host_kept
+
+    def _launched_by(self, host_kept: np.ndarray, device: np.ndarray) -> np.ndarray:
+        """Device events whose launching host event is kept: by correlation id (HTA's rule);
+        for traces whose host events carry none (older Kineto), by ``External id``; failing
+        both, by the device event's own start."""
+        trace = self.trace
+        host_ids = ~device & trace.has_correlation
+        if host_ids.any():
+            return np.isin(trace.correlation, trace.correlation[host_kept & host_ids])
+        external = (trace.external_id >= 0) & ~device
+        if external.any() and np.any(trace.external_id[device] >= 0):
+            self.notes.append("host events carry no correlation ids: device events were "
+                              "matched to their launching ops by External id")
+            return np.isin(trace.external_id, trace.external_id[host_kept & external])
+        self.notes.append("device events could not be matched to host launches: they were "
+                          "selected by their own start time")
+        limit = self.start[host_kept].max() if host_kept.any() else -np.inf
+        return self.start <= limit
+
+    def result(self, rank: int) -> RankResult:
+        trace, sel, order = self.trace, self.selected, self.order
+        if not order.size:
+            if self.last_step.filters:
+                raise TraceError(trace.path, "nothing in the analyzed window (no device events "
+                                             "launched by the analyzed ProfilerSteps)")
+            raise _nothing_to_measure(trace)
+        host_comm_events = self._host_collectives()
+        host_comm = iv.union(trace.start_us[host_comm_events], trace.end_us[host_comm_events])
+        breakdown = self._breakdown_of(sel, host_comm)
+        if breakdown.window_us <= 0:
+            raise TraceError(trace.path, "nothing in the analyzed window (the analyzed device "
+                                         "events take no time)")
+        if breakdown.non_compute_us < 0:
+            self.notes.append("HTA's rounding makes non-compute time negative on this trace "
+                              "(HTA 0.5.0 itself fails an assertion here); the default, "
+                              "unrounded numbers are the true ones")
+        calls = self._calls(sel & (self.kinds == Kind.COMMUNICATION), host_comm_events)
+        is_compute = sel & (self.kinds == Kind.COMPUTE)
+        compute = iv.union(self.start[is_compute], self.end[is_compute])
+        self._note_classification(sel, host_comm_events)
+        return RankResult(
+            path=str(trace.path), rank=rank, world_size=trace.world_size,
+            backend=trace.backend, kind="gpu", last_step=self.last_step,
+            steps=max(int(self.analyzed.size), 1), total_steps=0, breakdown=breakdown,
+            collectives=collective_stats(calls), overlap_by_kind=_overlap_by_kind(
+                calls, compute), calls=calls, per_step=self._per_step(),
+            timeline=self._timeline(compute) if self.options.timeline else None,
+            buckets=self._buckets(), host=self._host_signals(sel, host_comm),
+            notes=self.notes)
+
+    def _host_signals(self, sel: np.ndarray, host_comm: iv.Intervals) -> HostSignals:
+        """Device idle time during which host ops or launch calls ran (the CPU could not keep
+        the device fed), and time in the data loader, both inside the window."""
+        trace = self.trace
+        busy = iv.merge(iv.union(self.start[sel], self.end[sel]), host_comm)
+        starts = np.concatenate([self.start[sel], host_comm[0]])
+        ends = np.concatenate([self.end[sel], host_comm[1]])
+        window = (np.array([starts.min()]), np.array([ends.max()]))   # as the breakdown's
+        idle = iv.subtract(window, busy)
+        issuing = (self.stream < 0) & classify.per_category(
+            trace, lambda c: c in classify.HOST_ISSUE_CATEGORIES) & ~classify.is_step_span(trace)
+        host = iv.union(trace.start_us[issuing], trace.end_us[issuing])
+        return HostSignals(_dataloader_us(trace, window),
+                           iv.length(iv.intersect(idle, host)))
+
+    def _host_collectives(self) -> np.ndarray:
+        """Collectives that run on the host (gloo with CUDA tensors): communication with no
+        kernel, which HTA cannot see. Not in ``--hta-compat``."""
+        if self.options.hta_compat or not classify.host_backend_moves_device_data(
+                self.trace.backend):
+            return np.zeros(self.trace.n_events, dtype=bool)
+        on_host = classify.per_name(self.trace, classify.runs_on_host)
+        return on_host & (self.stream < 0) & self.host_kept & classify.per_category(
+            self.trace, lambda c: c in classify.HOST_WORK_CATEGORIES)
+
+    def _calls(self, kernels: np.ndarray, host_comm: np.ndarray) -> CollectiveCalls:
+        return _collective_calls(self.trace, np.flatnonzero(kernels | host_comm),
+                                 self.start, self.end)
+
+    def _note_classification(self, sel: np.ndarray, host_comm: np.ndarray) -> None:
+        trace = self.trace
+        if host_comm.any():
+            self.notes.append(f"{int(host_comm.sum())} collectives ran on the host (gloo): "
+                              "counted as communication beside the device kernels")
+        comm_kernels = sel & (self.kinds == Kind.COMMUNICATION)
+        backend_spans = classify.per_name(trace, classify.names_device_backend_span)
+        orphans = backend_spans & self.host_kept & (self.stream < 0)
+        if not comm_kernels.any() and orphans.any() and (trace.world_size or 2) > 1:
+            backend = classify.host_backend(trace.names[trace.name_id[np.argmax(orphans)]])
+            self.notes.append(f"the trace has {int(orphans.sum())} {backend}:* host spans but "
+                              "no communication kernels (a filtered or edited trace?): the "
+                              "device breakdown has no communication")
+        if not self.options.hta_compat:
+            hta_comm = classify.per_name(trace, lambda n: bool(classify.HTA_COMM_KERNEL.match(n)))
+            widened = comm_kernels & ~hta_comm
+            if widened.any():
+                time_ms = float(np.sum(self.end[widened] - self.start[widened])) / 1e3
+                self.notes.append(f"{int(widened.sum())} kernels ({time_ms:.2f} ms) that HTA "
+                                  "counts as compute are communication here (see "
+                                  "COMM_KERNEL_PATTERNS); --hta-compat counts them as HTA does")
+        names = {trace.names[i] for i in np.unique(trace.name_id[sel & (
+            self.kinds != Kind.COMMUNICATION)])}
+        suspected = classify.suspected_comm(names)
+        if suspected:
+            libraries = sorted(set(suspected.values()))
+            sample = sorted(suspected)[0]
+            self.notes.append(
+                f"{len(suspected)} kernel names look like communication but are counted as "
+                f"compute, as HTA does ({', '.join(libraries)}; e.g. {sample[:60]!r}); add "
+                "--comm-kernel REGEX to count them as communication")
+
+    def _launch_positions(self) -> np.ndarray:
+        """For every event, the position in ``analyzed`` of the step its launching host event
+        started in (device events are matched to host events by correlation id), else -1."""
+        trace, steps = self.trace, self.analyzed
+        host = (self.stream < 0) & trace.has_correlation
+        launch = np.where(self.stream < 0, self.start, np.nan)
+        if host.any():
+            order = np.argsort(trace.correlation[host], kind="stable")
+            host_corr = trace.correlation[host][order]
+            host_start = self.start[host][order]
+            where = np.clip(np.searchsorted(host_corr, trace.correlation), 0, host_corr.size - 1)
+            matched = trace.has_correlation & (host_corr[where] == trace.correlation)
+            launch = np.where(matched & (self.stream >= 0), host_start[where], launch)
+        unmatched_device = (self.stream >= 0) & np.isnan(launch)
+        launch[unmatched_device] = self.start[unmatched_device]
+        step_start, step_end = self.start[steps], self.end[steps]
+        position = np.searchsorted(step_start, launch, side="right") - 1
+        inside = (position >= 0) & (launch < step_end[np.clip(position, 0, None)])
+        return np.where(inside & ~np.isnan(launch), position, -1)
+
+    def _per_step(self) -> list[StepRow]:
+        if not self.options.per_step:
+            return []
+        sel = self.selected
+        if self.analyzed.size == 0:
+            return [StepRow("whole trace", self._breakdown_of(sel))]
+        launched = self._launch_positions()
+        return [StepRow(self.trace.names[self.trace.name_id[step]],
+                        self._breakdown_of(sel & (launched == position)))
+                for position, step in enumerate(self.analyzed)]
+
+    def _breakdown_of(self, mask: np.ndarray, host_comm: iv.Intervals = iv.EMPTY) -> Breakdown:
+        """The breakdown of the events in ``mask`` (taken in HTA's row order)."""
+        rows = self.order[mask[self.order]]
+        is_compute = self.kinds[rows] == Kind.COMPUTE
+        is_comm = self.kinds[rows] == Kind.COMMUNICATION
+        if self.options.hta_compat:
+            dtype = hta_sort_dtype(*self.trace.ts_range, self.trace.ts_missing) if not (
+                self.trace.timestamps_are_integers) else None
+            return hta_device_breakdown(self.start[rows], self.end[rows], is_compute, is_comm,
+                                        dtype)
+        return device_breakdown(self.start[rows], self.end[rows], is_compute, is_comm,
+                                host_comm)
+
+    def _buckets(self) -> BucketTimeline | None:
+        """The middle analyzed step's buckets: the all-reduce kernels it launched."""
+        trace = self.trace
+        if self.analyzed.size == 0:
+            return None
+        middle = self.analyzed[self.analyzed.size // 2]
+        mine = self.selected & (self._launch_positions() == self.analyzed.size // 2) & (
+            self.kinds == Kind.COMMUNICATION)
+        return _bucket_timeline(trace, middle, np.flatnonzero(mine), self.start, self.end)
+
+    def _timeline(self, compute: iv.Intervals) -> Timeline | None:
+        trace, sel = self.trace, self.selected
+        if self.analyzed.size:
+            middle = self.analyzed.size // 2
+            mine = sel & (self._launch_positions() == middle)
+            label = trace.names[trace.name_id[self.analyzed[middle]]]
+        else:
+            mine, label = sel, "whole trace"
+        if not mine.any():
+            return None
+        origin, finish = float(self.start[mine].min()), float(self.end[mine].max())
+        comm_index = np.flatnonzero(mine & (self.kinds == Kind.COMMUNICATION))
+        step_compute = iv.intersect(compute, (np.array([origin]), np.array([finish])))
+        return _lanes(trace, label, origin, finish, step_compute, comm_index, self.start,
+                      self.end)
+
+
+class _HostAnalysis:
+    def __init__(self, trace: RankTrace, stream: np.ndarray, last_step: LastStep,
+                 analyzed: np.ndarray, options: AnalysisOptions) -> None:
+        self.trace, self.last_step, self.analyzed, self.options = (
+            trace, last_step, analyzed, options)
+        self.lanes = classify.host_lanes(trace, stream)
+        s, e = trace.start_us, trace.end_us     # the CPU path is never rounded
+        self.waits = iv.union(s[self.lanes.waits], e[self.lanes.waits])
+        self.compute = _compute_lane(trace, self.lanes)
+        self.comm = iv.union(s[self.lanes.comm], e[self.lanes.comm])
+
+    def _window(self) -> iv.Intervals:
+        trace = self.trace
+        if self.analyzed.size:
+            return iv.union(trace.start_us[self.analyzed], trace.end_us[self.analyzed])
+        active = self.lanes.any
+        if not active.any():
+            raise _nothing_to_measure(trace)
+        return iv.union(np.array([trace.start_us[active].min()]),
+                        np.array([trace.end_us[active].max()]))
+
+    def result(self, rank: int) -> RankResult:
+        trace = self.trace
+        window = self._window()
+        activity = iv.merge(iv.merge(self.compute, self.waits), self.comm)
+        if window[0].size == 0 or iv.length(iv.intersect(activity, window)) == 0:
+            raise TraceError(trace.path, "nothing in the analyzed window (no events inside the "
+                                         "analyzed ProfilerSteps)")
+        breakdown = host_breakdown(window, self.compute, self.comm, self.waits)
+        s = trace.start_us
+        in_window = self.lanes.comm & (s >= window[0][0]) & (s < window[1][-1])
+        calls = _collective_calls(trace, np.flatnonzero(in_window), trace.start_us,
+                                  trace.end_us, _issued_kinds(trace, self.lanes))
+        return RankResult(
+            path=str(trace.path), rank=rank, world_size=trace.world_size,
+            backend=trace.backend, kind="cpu", last_step=self.last_step,
+            steps=max(int(self.analyzed.size), 1), total_steps=0, breakdown=breakdown,
+            collectives=collective_stats(calls),
+            overlap_by_kind=_overlap_by_kind(calls, iv.intersect(self.compute, window)),
+            calls=calls, per_step=self._per_step(window),
+            timeline=self._timeline(window) if self.options.timeline else None,
+            buckets=self._buckets(), host=HostSignals(_dataloader_us(trace, window), None))
+
+    def _per_step(self, window: iv.Intervals) -> list[StepRow]:
+        if not self.options.per_step:
+            return []
+        trace = self.trace
+        if self.analyzed.size == 0:
+            return [StepRow("whole trace", host_breakdown(window, self.compute, self.comm,
+                                                          self.waits))]
+        return [StepRow(trace.names[trace.name_id[step]], host_breakdown(
+            iv.union(trace.start_us[[step]], trace.end_us[[step]]), self.compute, self.comm,
+            self.waits)) for step in self.analyzed]
+
+    def _buckets(self) -> BucketTimeline | None:
+        """The middle analyzed step's buckets: the collective spans that start in it."""
+        trace = self.trace
+        if self.analyzed.size == 0:
+            return None
+        step = self.analyzed[self.analyzed.size // 2]
+        s = trace.start_us
+        inside = self.lanes.comm & (s >= s[step]) & (s < trace.end_us[step])
+        return _bucket_timeline(trace, step, np.flatnonzero(inside), s, trace.end_us,
+                                _issued_kinds(trace, self.lanes))
+
+    def _timeline(self, window: iv.Intervals) -> Timeline | None:
+        trace = self.trace
+        if self.analyzed.size:
+            step = self.analyzed[self.analyzed.size // 2]
+            lo, hi = float(trace.start_us[step]), float(trace.end_us[step])
+            label = trace.names[trace.name_id[step]]
+        else:
+            lo, hi, label = float(window[0][0]), float(window[1][-1]), "whole trace"
+        s, e = trace.start_us, trace.end_us
+        inside = np.flatnonzero(self.lanes.comm & (s < hi) & (e > lo))
+        step_compute = iv.intersect(self.compute, (np.array([lo]), np.array([hi])))
+        return _lanes(trace, label, lo, hi, step_compute, inside, s, e)
+
+
+def _dataloader_us(trace: RankTrace, window: iv.Intervals) -> float:
+    loading = classify.per_name(trace, lambda n: bool(classify.DATALOADER.search(n)))
+    return iv.length(iv.intersect(iv.union(trace.start_us[loading], trace.end_us[loading]),
+                                  window))
+
+
+def _bucket_timeline(trace: RankTrace, step: int, comm_index: np.ndarray, start: np.ndarray,
+                     end: np.ndarray, kinds_by_event: dict[int, str] | None = None
+                     ) -> BucketTimeline | None:
+    """One step's gradient reductions (all-reduces, or ZeRO's reduce-scatters) as buckets,
+    against its gradients' ``AccumulateGrad`` spans."""
+    calls = _collective_calls(trace, comm_index, start, end, kinds_by_event)
+    kinds = {calls.kind[k] for k in range(calls.n)} & set(GRADIENT_REDUCTIONS)
+    # one kind: a variant reduces gradients one way (FSDP's reduce-scatters, DDP's all-reduces)
+    kind = next((k for k in GRADIENT_REDUCTIONS if k in kinds), None)
+    reduces = [k for k in range(calls.n) if calls.kind[k] == kind]
+    if not reduces:
+        return None
+    lo, hi = trace.start_us[step], trace.end_us[step]
+    grads = np.array(sorted((i for i in trace.grad_bytes
+                             if lo <= trace.start_us[i] < hi), key=lambda i: trace.end_us[i]),
+                     dtype=np.int64)
+    return bucket_timeline(
+        trace.names[trace.name_id[step]], float(lo), trace.end_us[grads], trace.start_us[grads],
+        [trace.grad_bytes[int(i)] for i in grads], calls.start_us[reduces],
+        calls.end_us[reduces], [calls.size_bytes[k] for k in reduces])
+
+
+def _compute_lane(trace: RankTrace, lanes: classify.HostLanes) -> iv.Intervals:
+    """C = ⋃ over threads of (that thread's work spans minus its own wait spans): a thread
+    blocked in a collective computes nothing meanwhile, while other threads may."""
+    s, e, thread = trace.start_us, trace.end_us, trace.thread_id
+    starts, ends = [], []
+    for t in np.unique(thread[lanes.work]):
+        mine = thread == t
+        work = iv.subtract(iv.union(s[lanes.work & mine], e[lanes.work & mine]),
+                           iv.union(s[lanes.waits & mine], e[lanes.waits & mine]))
+        starts.append(work[0])
+        ends.append(work[1])
+    if not starts:
+        return iv.EMPTY
+    return iv.union(np.concatenate(starts), np.concatenate(ends))
+
+
+def _call_args(trace: RankTrace, index: np.ndarray) -> list[CommArgs | None]:
+    """Each event's collective arguments: its own, else (a kernel of an older trace) those of
+    the host op with the same External id."""
+    own = [trace.comm_args.get(int(i)) for i in index]
+    if all(a is not None and a.collective for a in own):
+        return own
+    by_external = {int(trace.external_id[i]): args for i, args in trace.comm_args.items()
+                   if trace.external_id[i] >= 0 and trace.stream[i] < 0}
+    return [a if a is not None and a.collective else by_external.get(
+        int(trace.external_id[i]), a) for i, a in zip(index, own, strict=True)]
+
+
+def _issued_kinds(trace: RankTrace, lanes: classify.HostLanes) -> dict[int, str]:
+    """Each backend span's collective as the training thread issued it: the k-th ``c10d::``
+    collective op pairs with the k-th backend span by start, where the counts agree (gloo runs
+    a reduce-scatter as an all-reduce, and names its span so)."""
+    issued = np.flatnonzero(classify.per_name(
+        trace, lambda n: bool(classify.C10D_COLLECTIVE.match(n))) & (trace.stream < 0))
+    spans = np.flatnonzero(lanes.comm)
+    if issued.size != spans.size or not issued.size:
+        return {}
+    issued = issued[np.argsort(trace.start_us[issued], kind="stable")]
+    spans = spans[np.argsort(trace.start_us[spans], kind="stable")]
+    return {int(span): classify.normalize_collective(
+        classify.C10D_COLLECTIVE.match(trace.names[trace.name_id[op]]).group(1))
+        for op, span in zip(issued, spans, strict=True)}
+
+
+def _collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray,
+                      end: np.ndarray, kinds_by_event: dict[int, str] | None = None
+                      ) -> CollectiveCalls:
+    kinds, sizes, group_sizes, groups, sequences = [], [], [], [], []
+    group_of = {g.name: g for g in trace.process_groups}
+    for i, args in zip(index, _call_args(trace, index), strict=True):
+        args = args or CommArgs()
+        kind = (kinds_by_event or {}).get(int(i)) or classify.collective_of(
+            trace.names[trace.name_id[i]], args.collective)
+        group = group_of.get(args.group) if args.group is not None else None
+        group_size = args.group_size or (group.size if group else None) or trace.world_size
+        kinds.append(kind)
+        group_sizes.append(group_size)
+        sizes.append(message_bytes(kind, args.in_bytes, args.out_bytes, group_size))
+        groups.append(args.group or "")
+        sequences.append(args.sequence)
+    order = np.argsort(start[index], kind="stable")
+    pick = lambda values: [values[k] for k in order]  # noqa: E731
+    return CollectiveCalls(kind=pick(kinds), start_us=start[index][order],
+                           end_us=end[index][order], size_bytes=pick(sizes),
+                           group_size=pick(group_sizes), group=pick(groups),
+                           sequence=pick(sequences))
+
+
+def _overlap_by_kind(calls: CollectiveCalls, compute: iv.Intervals) -> dict[str, float | None]:
+    """Per collective kind, the share of its time that compute hides."""
+    result = {}
+    for kind in sorted(set(calls.kind)):
+        mine = np.array([k == kind for k in calls.kind])
+        result[kind] = overlap_pct(compute, iv.union(calls.start_us[mine], calls.end_us[mine]))
+    return result
+
+
+def _lanes(trace: RankTrace, label: str, origin: float, finish: float, compute: iv.Intervals,
+           comm_index: np.ndarray, start: np.ndarray, end: np.ndarray) -> Timeline:
+    """One step as a picture: compute intervals and one bar per collective, in µs from the
+    step's start."""
+    calls = _collective_calls(trace, comm_index, start, end)
+    shown = min(calls.n, MAX_TIMELINE_BARS)
+    bars = [CommBar(float(max(calls.start_us[k], origin) - origin),
+                    float(min(calls.end_us[k], finish) - origin), calls.kind[k],
+                    calls.size_bytes[k]) for k in range(shown)]
+    return Timeline(step=label, window_us=finish - origin,
+                    compute=[(float(a - origin), float(b - origin))
+                             for a, b in zip(*compute, strict=True)],
+                    comm=bars, truncated=calls.n - shown)

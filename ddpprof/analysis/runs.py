@@ -1,0 +1,280 @@
+"""From the paths a user gives to analyzed runs: find the runs, load their ranks in parallel,
+decide each trace's rank and each run's step filter, and match collectives across ranks.
+
+This module does the I/O; the metrics are computed by ``ddpprof.analysis.rank`` and
+``ddpprof.metrics``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..errors import TraceError, UsageError
+from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
+from ..metrics.waits import wait_split
+from ..trace import classify, storage
+from ..trace.discover import RunInput, discover
+from ..trace.loader import load
+from ..trace.storage import Location
+from ..variants import VARIANT_NAMES
+from .buckets import BucketTimeline
+from .executors import Progress, executor_for
+from .options import AnalysisOptions, LastStep
+from .rank import analyze_rank
+from .results import Analysis, RankResult, RunProblem, RunResult
+
+DEFAULT_OPTIONS = AnalysisOptions()
+_TRACE_SUFFIX = re.compile(r"(\.pt\.trace)?\.json(\.gz)?$")
+
+
+@dataclass
+class _Outcome:
+    """One trace, loaded and analyzed in a worker (the result's rank is provisional)."""
+
+    path: Location
+    rank: int | None
+    rank_source: str | None
+    step_names: set[str]
+    result: RankResult | None
+    error: TraceError | None
+
+
+def _load_and_analyze(path: Location, last_step: LastStep | None, options: AnalysisOptions,
+                      decode_workers: int = 1) -> _Outcome:
+    """Load and analyze one trace; ``last_step=None`` decides from this trace's own steps."""
+    try:
+        trace = load(path, workers=decode_workers)
+        names = classify.step_names(trace)
+        decided = last_step or LastStep.decide(names, options.keep_last_step)
+        result = analyze_rank(trace, trace.rank or 0, decided, options)
+        return _Outcome(path, trace.rank, trace.rank_source, names, result, None)
+    except TraceError as error:
+        return _Outcome(path, None, None, set(), None, error)
+
+
+def _lost(path: Location, reason: str) -> _Outcome:
+    return _Outcome(path, None, None, set(), None, TraceError(path, reason))
+
+
+def _map(executor, paths: list[Location], last_step: LastStep | None,
+         options: AnalysisOptions, on_rank: Progress | None = None) -> list[_Outcome]:
+    """Every trace, loaded and analyzed by ``executor`` (see ``executors``)."""
+    return executor.map(_load_and_analyze, paths, last_step, options, on_done=on_rank,
+                        on_lost=_lost)
+
+
+def _raise_first_error(outcomes: list[_Outcome]) -> None:
+    for outcome in outcomes:
+        if outcome.error is not None:
+            raise outcome.error
+
+
+def _stem(path: Location) -> str:
+    name = storage.name(path)
+    return _TRACE_SUFFIX.sub("", name) or name
+
+
+def _assign_ranks(run: RunInput, outcomes: list[_Outcome]
+                  ) -> list[tuple[str, list[_Outcome], list[str]]]:
+    """The runs these traces make, with their notes. Traces that carry a rank keep it. A lone
+    trace without one is rank 0. Several traces of which none carries a rank are unrelated
+    traces (one per model, say): each becomes a one-rank run named after its file."""
+    unranked = [o for o in outcomes if o.rank is None]
+    if not unranked:
+        return [(run.name, outcomes, [])]
+    if len(unranked) < len(outcomes):
+        ranked = next(o for o in outcomes if o.rank is not None)
+        raise TraceError(unranked[0].path, "no rank (no distributedInfo.rank, none in the file "
+                                           f"name), but {storage.name(ranked.path)} in the same "
+                                           "run has one: name it rank<N>")
+    note = "no rank in the trace (no distributedInfo.rank, none in the file name): read as rank 0"
+    if len(outcomes) == 1:
+        outcomes[0].rank = 0
+        return [(run.name, outcomes, [note])]
+    split = []
+    for outcome in outcomes:
+        outcome.rank = 0
+        split.append((f"{run.name}/{_stem(outcome.path)}", [outcome],
+                      [f"{note}; the {len(outcomes)} traces of {run.name} carry no rank, so "
+                       "each is its own one-rank run"]))
+    return split
+
+
+def _check_ranks(outcomes: list[_Outcome]) -> None:
+    seen: dict[int, Location] = {}
+    for outcome in outcomes:
+        assert outcome.rank is not None
+        if outcome.rank in seen:
+            raise TraceError(storage.parent(outcome.path),
+                             f"duplicate rank {outcome.rank} ({storage.name(seen[outcome.rank])} "
+                             f"and {storage.name(outcome.path)})")
+        seen[outcome.rank] = outcome.path
+
+
+def _world_size(results: list[RankResult]) -> int | None:
+    sized = [r for r in results if r.world_size is not None]
+    for other in sized[1:]:
+        if other.world_size != sized[0].world_size:
+            raise TraceError(other.path, f"world size {other.world_size}, but {sized[0].path} "
+                                         f"says {sized[0].world_size} (mixed world sizes in "
+                                         "one run)")
+    return sized[0].world_size if sized else None
+
+
+def missing_ranks(present: list[int], world_size: int | None) -> list[tuple[int, int]]:
+    """Inclusive ranges of ranks in ``[0, world_size)`` without a trace, computed from the
+    ranks present (never by listing the world: a trace may claim a billion ranks)."""
+    if not world_size:
+        return []
+    ranges, expected = [], 0
+    for rank in sorted(r for r in set(present) if r < world_size):
+        if rank > expected:
+            ranges.append((expected, rank - 1))
+        expected = rank + 1
+    if expected < world_size:
+        ranges.append((expected, world_size - 1))
+    return ranges
+
+
+def _step_note(last_step: LastStep, kind: str) -> str | None:
+    if last_step == LastStep.NO_STEPS:
+        window = ("every device event, as HTA does" if kind == "gpu"
+                  else "first to last host op or collective")
+        return f"no ProfilerStep: the whole trace is analyzed as one step (window: {window})"
+    if last_step == LastStep.ONE_STEP and kind == "gpu":
+        return "one ProfilerStep: the whole trace is analyzed, as HTA does"
+    return None
+
+
+def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[str],
+                options: AnalysisOptions, executor) -> RunResult:
+    _check_ranks(outcomes)
+    # HTA drops the last step when the run's traces name at least two distinct ProfilerSteps
+    # between them; a rank that decided otherwise from its own steps alone is redone.
+    last_step = LastStep.decide(set().union(*(o.step_names for o in outcomes)),
+                                options.keep_last_step)
+    stale = [o for o in outcomes if o.result is not None and o.result.last_step != last_step]
+    redone = dict(zip((o.path for o in stale), _map(executor, [o.path for o in stale],
+                                                    last_step, options), strict=True))
+    _raise_first_error(list(redone.values()))
+    results = []
+    for outcome in outcomes:
+        result = redone[outcome.path].result if outcome.path in redone else outcome.result
+        assert result is not None and outcome.rank is not None
+        results.append(replace(result, rank=outcome.rank,
+                               buckets=_with_recorded_params(result.buckets, run.manifest)))
+    results.sort(key=lambda r: r.rank)
+    world = _world_size(results)
+    missing = missing_ranks([r.rank for r in results], world)
+    slowest = None
+    if len(results) >= 2:
+        waits = wait_split({r.rank: r.calls for r in results})
+        for result in results:
+            result.wait = waits.by_rank[result.rank]
+        slowest = waits.slowest_rank
+        notes = notes + [f"waiting vs transferring: {reason}" for reason in waits.unmatched]
+    step_note = _step_note(last_step, results[0].kind)
+    rank_notes = list(dict.fromkeys(n for r in results for n in r.notes))
+    if options.engine == "hta":
+        results = _with_hta(run, results, options.keep_last_step)
+    return RunResult(name=name, folder=str(run.folder), manifest=run.manifest, ranks=results,
+                     last_step=last_step, missing_ranks=missing,
+                     notes=[*([step_note] if step_note else []), *notes, *rank_notes],
+                     slowest_rank=slowest, status=effective_status(run.manifest))
+
+
+def _with_recorded_params(timeline: BucketTimeline | None, manifest: RunManifest
+                          ) -> BucketTimeline | None:
+    """The bucket rows with the parameter names ``record`` wrote to run.json (``buckets``),
+    when it wrote as many buckets as the step's all-reduces."""
+    recorded = manifest.buckets
+    if timeline is None or not recorded or len(recorded) != len(timeline.buckets):
+        return timeline
+    rows = [replace(row, params=list(bucket.params), gradients=len(bucket.params))
+            for row, bucket in zip(timeline.buckets, recorded, strict=True)]
+    return replace(timeline, buckets=rows)
+
+
+def analyze_run(run: RunInput, options: AnalysisOptions = DEFAULT_OPTIONS,
+                executor=None, on_rank: Progress | None = None) -> list[RunResult]:
+    """Every rank of ``run`` analyzed; a folder of rankless traces makes several runs."""
+    if executor is None:
+        with executor_for(options.scheduler, options.jobs) as own:
+            return analyze_run(run, options, own, on_rank)
+    outcomes = _map(executor, run.traces, None, options, on_rank)
+    _raise_first_error(outcomes)
+    return [_finish_run(name, run, members, notes, options, executor)
+            for name, members, notes in _assign_ranks(run, outcomes)]
+
+
+def _with_hta(run: RunInput, results: list[RankResult], keep_last_step: bool
+              ) -> list[RankResult]:
+    from ..hta_engine import hta_breakdowns, with_native_comm
+
+    if not all(isinstance(p, Path) for p in run.traces):
+        raise TraceError(run.folder, "--engine hta reads local files only; use --engine native "
+                                     "for URLs")
+    if any(r.kind != "gpu" for r in results):
+        raise TraceError(run.folder, "--engine hta needs GPU traces (HTA cannot analyze "
+                                     "CPU-only ones); use --engine native")
+    by_rank = hta_breakdowns(run.traces, keep_last_step)
+    return [replace(r, breakdown=with_native_comm(by_rank[r.rank], r.breakdown))
+            for r in results]
+
+
+def analyze_paths(paths: list[Location], options: AnalysisOptions = DEFAULT_OPTIONS,
+                  on_run: Callable[[int, int, RunInput], None] | None = None,
+                  on_rank: Progress | None = None) -> Analysis:
+    """Every run found under ``paths``. A run that cannot be analyzed is listed in ``errors``,
+    and a recording that failed or was interrupted in ``unfinished``; the others are still
+    reported. ``on_run(index, total, run)`` is told of each run, ``on_rank(done, total)`` of
+    each rank analyzed."""
+    found = discover(paths)
+    with executor_for(options.scheduler, options.jobs) as executor:
+        return _analyze_found(found, options, executor, on_run, on_rank)
+
+
+def _analyze_found(found: list[RunInput], options: AnalysisOptions, executor,
+                   on_run: Callable[[int, int, RunInput], None] | None,
+                   on_rank: Progress | None) -> Analysis:
+    analysis = Analysis(runs=[], errors=[], unfinished=[])
+    for index, run in enumerate(found):
+        if on_run:
+            on_run(index, len(found), run)
+        if run.error:
+            analysis.errors.append(RunProblem(run.name, run.error))
+            continue
+        status = effective_status(run.manifest)
+        if status in INCOMPLETE:
+            analysis.unfinished.append(RunProblem(
+                run.name, status_detail(run.manifest) or f"the recording is {status}", status))
+            continue
+        try:
+            analysis.runs += analyze_run(run, options, executor, on_rank)
+        except UsageError as error:
+            analysis.errors.append(RunProblem(run.name, str(error)))
+    analysis.runs.sort(key=_natural_order)   # stable: runs of no known variant keep theirs
+    return analysis
+
+
+def _natural_order(run: RunResult) -> int:
+    """The variants' own order: single, the simple ones, bucketed, PyTorch's, sharded."""
+    variant = run.manifest.config.variant
+    return VARIANT_NAMES.index(variant) if variant in VARIANT_NAMES else len(VARIANT_NAMES)
+
+
+def analyze(path: str | Path, keep_last_step: bool = False):
+    """One row per run (the ``ddpprof analyze`` table) as a pandas DataFrame, for a run
+    folder, a folder of runs or a trace file. Raises :class:`ddpprof.errors.UsageError` if any
+    run cannot be analyzed."""
+    import pandas
+
+    from .rows import run_row
+
+    analysis = analyze_paths([Path(path)], AnalysisOptions(keep_last_step=keep_last_step))
+    if analysis.errors:
+        raise UsageError("; ".join(e.error for e in analysis.errors))
+    return pandas.DataFrame([run_row(run).to_dict() for run in analysis.runs])

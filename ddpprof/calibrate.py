@@ -1,0 +1,325 @@
+"""``ddpprof calibrate``: what an all-reduce costs on this machine and backend, by size.
+
+An nccl-tests-style sweep (``all_reduce_perf -b 4K -e 256M -f 2``) launched through torchrun
+with the same process ownership as ``ddpprof record`` (``ddpprof.record.launcher.run_torchrun``):
+for each size, ``warmup_iters`` untimed calls, then ``iters`` timed ones, each started together
+after a barrier and timed on every rank; a call's time is its slowest rank's (a collective ends
+when its last rank does), and a size's time the median over its calls. From those:
+
+* ``algbw = size / time`` and ``busbw = algbw × 2(N−1)/N`` (nccl-tests' definitions, GB/s =
+  10⁹ bytes/s);
+* the cost model ``t = α + traffic/β`` (``ddpprof.simulate.cost``) fitted to the medians, β
+  being the bus bandwidth the model tends to for large calls.
+
+``<out>/calibration.json`` (schema ``ddpprof.calibration``, version 1) holds them with the
+machine and backend they were measured on. It says ``running`` while the sweep runs and ends
+``complete``, ``failed`` or ``interrupted``; only a complete one is ever used.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from .atomic import json_text, write_text
+from .errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
+from .manifest import Owner, now_iso, owner_is_gone, validation_problem
+from .simulate.cost import CostModel, fit_cost, traffic_bytes
+from .trace import discover
+
+CALIBRATION_NAME = discover.CALIBRATION_NAME   # never read as a trace
+SWEEP_CONFIG = ".calibrate.json"
+SWEEP_RESULT = ".calibrate_result.json"
+WORKER_MODULE = "workloads.calibrate"
+SCHEMA = "ddpprof.calibration"
+DEFAULT_MIN_BYTES = 4 * 2**10
+DEFAULT_MAX_BYTES = 256 * 2**20
+
+Status = Literal["running", "complete", "failed", "interrupted"]
+
+
+class Sweep(msgspec.Struct, frozen=True, kw_only=True):
+    """What every rank of the sweep runs (``<out>/.calibrate.json``)."""
+
+    backend: str
+    nproc: int
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    timeout_s: float = 300.0
+    sizes_bytes: list[int]
+    warmup_iters: int = 5
+    iters: int = 20
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+
+class SweepResult(msgspec.Struct, kw_only=True):
+    """What rank 0 hands the launcher (``<out>/.calibrate_result.json``)."""
+
+    world_size: int
+    hostname: str
+    cores: int
+    devices: list[str]                  # one per rank
+    threads_per_rank: int
+    torch_version: str
+    times_us: list[list[float]]         # per size, per timed call: the slowest rank's time
+
+
+class Machine(msgspec.Struct, kw_only=True):
+    hostname: str
+    cores: int                          # usable by the ranks of node 0
+    devices: list[str]
+    threads_per_rank: int
+
+
+class SweepPoint(msgspec.Struct, kw_only=True):
+    size_bytes: int
+    time_us: float                      # median over the timed calls
+    time_min_us: float
+    time_max_us: float
+    algbw_gbps: float                   # size / time, 10⁹ bytes per second
+    busbw_gbps: float                   # algbw × 2(N−1)/N
+
+
+class Fit(msgspec.Struct, kw_only=True):
+    """``t = α + traffic/β`` over the points (``ddpprof.simulate.cost.fit_cost``)."""
+
+    alpha_us: float
+    beta_busbw_gbps: float              # β, on the traffic each rank moves (bus bandwidth)
+    r2: float | None
+
+
+class Calibration(msgspec.Struct, kw_only=True):
+    schema: str = SCHEMA
+    version: int = 1
+    status: Status | None = None
+    error: str | None = None
+    collective: str = "all_reduce"
+    backend: str | None = None
+    world_size: int | None = None
+    nproc_per_node: int | None = None
+    nnodes: int | None = None
+    warmup_iters: int | None = None
+    iters: int | None = None
+    machine: Machine | None = None
+    torch_version: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    owner: Owner | None = None
+    fit: Fit | None = None
+    points: list[SweepPoint] = msgspec.field(default_factory=list)
+
+    def cost_model(self, source: str) -> CostModel:
+        assert self.fit is not None
+        return CostModel(self.fit.alpha_us, self.fit.beta_busbw_gbps * 1e3, self.fit.r2,
+                         len(self.points), source)
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: float = 2.0) -> list[int]:
+    """``min_bytes``, × ``factor``, ... up to ``max_bytes``, each a whole number of float32s."""
+    if max_bytes < min_bytes:
+        raise UsageError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes}")
+    if factor <= 1:
+        raise UsageError(f"--step-factor {factor:g} must be above 1")
+    sizes, size = [], float(min_bytes)
+    while size <= max_bytes * (1 + 1e-9):
+        sizes.append(max(4, int(size) // 4 * 4))
+        size *= factor
+    return list(dict.fromkeys(sizes))
+
+
+def summarize(result: SweepResult, sizes: list[int]) -> tuple[list[SweepPoint], Fit]:
+    """The sweep's points and the cost model fitted to their medians (a ``UsageError`` when
+    the medians cannot be fitted: time not growing with size)."""
+    n = result.world_size
+    points = summarize_points(result, sizes)
+    import numpy as np
+
+    cost = fit_cost(np.array([traffic_bytes("all_reduce", p.size_bytes, n) for p in points]),
+                    np.array([p.time_us for p in points]), "sweep")
+    return points, Fit(alpha_us=cost.alpha_us, beta_busbw_gbps=cost.beta_bytes_per_us / 1e3,
+                       r2=cost.r2)
+
+
+def point_rows(calibration: Calibration) -> list[dict]:
+    """One row per size, with the fitted model's time beside the measured one."""
+    cost = calibration.cost_model("sweep")
+    n = calibration.world_size or 2
+    return [{**msgspec.to_builtins(p), "model_time_us": cost.time_us(p.size_bytes, n)}
+            for p in calibration.points]
+
+
+def describe(calibration: Calibration) -> str:
+    """One line: the fit, and where it was measured."""
+    fit, machine = calibration.fit, calibration.machine
+    assert fit is not None
+    where = f" on {machine.hostname} ({machine.devices[0]})" if machine else ""
+    r2 = f", R² = {fit.r2:.3f}" if fit.r2 is not None else ""
+    peak = max((p.busbw_gbps for p in calibration.points), default=0.0)
+    return (f"all-reduce, {calibration.backend}, {calibration.world_size} ranks{where}: "
+            f"α = {fit.alpha_us:.1f} µs, β = {fit.beta_busbw_gbps:.3f} GB/s bus bandwidth"
+            f"{r2}; best measured busbw {peak:.3f} GB/s")
+
+
+def summarize_points(result: SweepResult, sizes: list[int]) -> list[SweepPoint]:
+    n = result.world_size
+    points = []
+    for size, times in zip(sizes, result.times_us, strict=True):
+        median = statistics.median(times)
+        algbw = size / median / 1e3
+        points.append(SweepPoint(size_bytes=size, time_us=median, time_min_us=min(times),
+                                 time_max_us=max(times), algbw_gbps=algbw,
+                                 busbw_gbps=algbw * 2 * (n - 1) / n))
+    return points
+
+
+def read_calibration(path: Path) -> Calibration:
+    """A ``calibration.json``; one line naming the file when it is not one."""
+    try:
+        calibration = msgspec.json.decode(path.read_bytes(), type=Calibration)
+    except OSError as error:
+        raise UsageError(describe_os_error(path, error)) from None
+    except msgspec.ValidationError as error:
+        raise UsageError(f"{path}: {validation_problem(error)}") from None
+    except msgspec.DecodeError as error:
+        raise UsageError(f"{path}: not JSON ({error})") from None
+    if calibration.schema != SCHEMA:
+        raise UsageError(f"{path}: not a `ddpprof calibrate` file (schema "
+                         f"{calibration.schema!r})")
+    return calibration
+
+
+def usable(calibration: Calibration) -> str | None:
+    """Why ``calibration`` cannot be used, or None when it can: a sweep that did not finish,
+    or one whose recorder died while it said ``running``."""
+    status = calibration.status
+    if status == "running" and calibration.owner is not None \
+            and owner_is_gone(calibration.owner):
+        status = "interrupted"
+    if status != "complete":
+        return f"the sweep is {status or 'of unknown status'}" + (
+            f" ({calibration.error})" if calibration.error else "")
+    if calibration.fit is None:
+        return calibration.error or "the sweep has no fit"
+    return None
+
+
+def validate(sweep: Sweep) -> None:
+    from .record.launcher import cuda_device_count
+
+    if sweep.world_size < 2:
+        raise UsageError(f"--nproc {sweep.nproc} x --nnodes {sweep.nnodes}: an all-reduce "
+                         "sweep needs two ranks at least")
+    if sweep.node_rank >= sweep.nnodes:
+        raise UsageError(f"--node-rank {sweep.node_rank} is not below --nnodes {sweep.nnodes}")
+    if sweep.nnodes > 1 and not sweep.rdzv_endpoint:
+        raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT")
+    if len(sweep.sizes_bytes) < 2:
+        raise UsageError("the sweep needs two sizes at least to tell latency from bandwidth "
+                         "(--min-bytes, --max-bytes, --step-factor)")
+    if sweep.backend == "nccl" and sweep.nproc > (gpus := cuda_device_count()):
+        raise UsageError(f"--backend nccl needs one GPU per rank: --nproc {sweep.nproc}, but "
+                         f"{gpus} CUDA GPU(s) are visible")
+
+
+def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
+    """Run ``sweep`` through torchrun and write ``out/calibration.json`` (node 0 only; the
+    other nodes' launchers just take part). Raises ``RunFailed`` when the sweep fails and
+    ``Interrupted`` when a signal stops it, after marking the file so."""
+    from .progress import Progress
+    from .record import folders, process
+    from .record.failure import ERRORS_DIR, run_error
+    from .record.launcher import resolve_backend, run_torchrun, torchrun_command
+
+    sweep = msgspec.structs.replace(sweep, backend=resolve_backend(sweep.backend))
+    validate(sweep)
+    leader = sweep.node_rank == 0
+    log = "calibrate.log" if leader else f"calibrate.node{sweep.node_rank}.log"
+    target = out / CALIBRATION_NAME
+    with process.SignalGuard() as guard, folders.claim([out]):
+        if target.is_dir():
+            raise UsageError(f"{target}: a folder is in the way of the calibration file")
+        calibration = Calibration(
+            status="running", backend=sweep.backend, world_size=sweep.world_size,
+            nproc_per_node=sweep.nproc, nnodes=sweep.nnodes, warmup_iters=sweep.warmup_iters,
+            iters=sweep.iters, started=now_iso(), owner=Owner.current())
+        try:
+            if leader:
+                _write(target, calibration)
+            (out / SWEEP_RESULT).unlink(missing_ok=True)
+            shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)
+            write_text(out / SWEEP_CONFIG, msgspec.json.encode(sweep).decode())
+        except OSError as error:
+            raise UsageError(describe_os_error(error.filename or out, error)) from None
+        process.become_subreaper()  # only now: bad input must leave this process as it was
+        progress = Progress(quiet=quiet, total=1)
+        progress.start(f"all-reduce sweep, {len(sweep.sizes_bytes)} sizes", out,
+                       sweep.world_size)
+        launched = run_torchrun(
+            torchrun_command(sweep, out, "ddpprof-calibrate", WORKER_MODULE, SWEEP_CONFIG),
+            out / log, sweep.backend, sweep.nproc, sweep.timeout_s, guard, progress,
+            len(sweep.sizes_bytes))
+        calibration.finished, calibration.owner = now_iso(), None
+        result_path = out / SWEEP_RESULT
+        if guard.signum is not None:
+            calibration.status = "interrupted"
+            calibration.error = f"interrupted by {signal_name(guard.signum)}"
+        elif launched.rendezvous_expired:
+            calibration.status = "failed"
+            calibration.error = (f"the rendezvous did not start the ranks within "
+                                 f"{sweep.timeout_s:g} s (--timeout-s)")
+        elif launched.returncode != 0:
+            calibration.status = "failed"
+            error = run_error(out, log, launched.returncode)
+            calibration.error = (f"rank {error.rank}: " if error.rank is not None else "") + \
+                error.message
+        elif leader and not result_path.is_file():
+            calibration.status, calibration.error = "failed", "the sweep wrote no result"
+        else:
+            calibration.status = "complete"
+            if leader:
+                try:
+                    result = msgspec.json.decode(result_path.read_bytes(), type=SweepResult)
+                except (OSError, msgspec.DecodeError, msgspec.ValidationError) as error:
+                    calibration.status = "failed"
+                    calibration.error = f"the sweep's result cannot be read ({error})"
+                else:
+                    _complete(calibration, result, sweep)
+        result_path.unlink(missing_ok=True)
+        progress.finish(calibration.status, None, calibration.error)
+        if leader:
+            try:
+                _write(target, calibration)
+            except OSError as error:
+                raise RunFailed(describe_os_error(target, error)) from None
+    if guard.signum is not None:
+        raise Interrupted(guard.signum, f"interrupted by {signal_name(guard.signum)}; {target} "
+                                        "marked interrupted")
+    if calibration.status != "complete":
+        raise RunFailed(f"the all-reduce sweep failed: {calibration.error} (log: {out / log})")
+    return calibration
+
+
+def _complete(calibration: Calibration, result: SweepResult, sweep: Sweep) -> None:
+    """The measurements, and the fit; a sweep whose times cannot be fitted stays complete
+    (its points are measurements) with no fit and ``error`` saying why, so nothing uses it."""
+    calibration.machine = Machine(hostname=result.hostname, cores=result.cores,
+                                  devices=result.devices,
+                                  threads_per_rank=result.threads_per_rank)
+    calibration.torch_version = result.torch_version
+    try:
+        calibration.points, calibration.fit = summarize(result, sweep.sizes_bytes)
+    except UsageError as error:
+        calibration.points = summarize_points(result, sweep.sizes_bytes)
+        calibration.error = f"no fit: {error}"
+
+
+def _write(path: Path, calibration: Calibration) -> None:
+    write_text(path, json_text(msgspec.to_builtins(calibration)))

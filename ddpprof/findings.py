@@ -1,0 +1,320 @@
+"""What to change: findings drawn from an analysis, each with its evidence in numbers and, where
+the simulator can say, the gain it predicts. Pure functions of the typed results.
+
+Every rule and threshold here is documented in the README ("What to change"); each has tests
+with traces that trigger it and traces that must not.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .analysis.results import RankResult, RunResult
+from .analysis.rows import run_row
+from .variants import VARIANTS
+
+# Thresholds, named as the README names them.
+FEW_BUCKETS = 3                  # bucket_cap_too_large: at most this many all-reduces per step
+LATE_FIRST_LAUNCH = 0.7          # ... whose first launch comes this far into backward, or later
+LOW_OVERLAP_PCT = 50.0           # ... with less overlap than this
+MANY_CALLS = 8                   # latency_bound: at least this many collective calls per step
+BELOW_HALF_BANDWIDTH = 0.25      # ... of a mean size below this fraction of the half-bandwidth size
+TAIL_SHARE = 0.10                # exposed_tail: last bucket exposed for ≥ this share of the step
+WAIT_SHARE = 0.10                # straggler: the others wait ≥ this share of the step ...
+SAME_RANK_SHARE = 2 / 3          # ... and at least this share of all waiting is for one rank
+COMPUTE_SKEW_PP = 10.0           # straggler (no wait split): compute % spread across ranks
+NO_OVERLAP_PCT = 5.0             # no_overlap: overlap below this ...
+EXPOSED_PCT = 5.0                # ... while exposed communication is at least this % of the window
+HOST_BOUND_IDLE_PCT = 20.0       # host_bound: device idle at least this % of the window ...
+HOST_BUSY_SHARE = 0.5            # ... and the host busy for at least this share of that idle time
+DATALOADER_PCT = 5.0             # dataloader: the data loader takes at least this % of the window
+ACCUMULATION_EXPOSED_PCT = 20.0  # grad_accum_opportunity: exposed comm at least this % of the step
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    name: str
+    value: float | int | str | None
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    run: str
+    code: str
+    severity: str                        # "high", "medium" or "low"
+    message: str
+    evidence: list[Evidence] = field(default_factory=list)
+    estimated_gain_pct: float | None = None   # of step time, where it can be estimated
+    impact_pct: float = 0.0                   # what it costs now, % of the step: for ranking
+
+    def to_dict(self) -> dict:
+        return {"run": self.run, "code": self.code, "severity": self.severity,
+                "message": self.message,
+                "evidence": {e.name: e.value for e in self.evidence},
+                "evidence_units": {e.name: e.unit for e in self.evidence if e.unit},
+                "estimated_gain_pct": self.estimated_gain_pct, "impact_pct": self.impact_pct}
+
+
+@dataclass(frozen=True)
+class CapAdvice:
+    """What ``ddpprof simulate`` predicts for a run's bucket cap (``findings`` takes it from
+    the caller, which may or may not be able to run the simulator)."""
+
+    current_cap_mb: float | None
+    best_cap_mb: float
+    current_step_ms: float
+    best_step_ms: float
+    half_bandwidth_bytes: float | None    # α·β of the fitted cost: latency = transfer time
+
+    @property
+    def gain_pct(self) -> float:
+        return 100 * (1 - self.best_step_ms / self.current_step_ms) if self.current_step_ms else 0
+
+
+def _severity(gain_pct: float | None, share: float) -> str:
+    """High when it costs (or would gain) a fifth of the step, medium from a twentieth."""
+    value = gain_pct if gain_pct is not None else 100 * share
+    return "high" if value >= 20 else "medium" if value >= 5 else "low"
+
+
+def _finding(run: RunResult, code: str, share: float, message: str, evidence: list[Evidence],
+             gain_pct: float | None = None) -> Finding:
+    """A finding whose cost is ``share`` of the step now (0–1), and its gain where known."""
+    return Finding(run.name, code, _severity(gain_pct, share), message, evidence, gain_pct,
+                   100 * share if gain_pct is None else gain_pct)
+
+
+def _sharded(run: RunResult) -> bool:
+    info = VARIANTS.get(run.manifest.config.variant or "")
+    return bool(info and info.sharded)
+
+
+def _step_ms(rank: RankResult) -> float:
+    return rank.breakdown.window_us / 1e3 / max(rank.steps, 1)
+
+
+def _mb(size: float | None) -> str:
+    return "?" if size is None else f"{size / 1024**2:.2f} MiB"
+
+
+def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """Too few buckets for the gradients: the first gradient reduction launches late in
+    backward, so communication cannot start before backward ends."""
+    rank = run.ranks[0]
+    timeline = rank.buckets
+    if timeline is None or not timeline.buckets or len(timeline.buckets) > FEW_BUCKETS:
+        return None
+    backward_end, first_grad = timeline.backward_end_ms, timeline.first_gradient_ms
+    if backward_end is None or first_grad is None or backward_end <= first_grad:
+        return None
+    lateness = (timeline.buckets[0].launched_ms - first_grad) / (backward_end - first_grad)
+    overlap = rank.breakdown.overlap_pct
+    if lateness < LATE_FIRST_LAUNCH or (overlap is not None and overlap >= LOW_OVERLAP_PCT):
+        return None
+    total = sum(b.size_bytes or 0 for b in timeline.buckets)
+    if advice is not None and advice.best_cap_mb < (advice.current_cap_mb or float("inf")):
+        cap, gain = advice.best_cap_mb, advice.gain_pct
+        basis = (f"ddpprof simulate predicts {advice.best_step_ms:.1f} ms per step at "
+                 f"{cap:g} MiB against {advice.current_step_ms:.1f} ms now")
+    else:
+        cap, gain = max(round(total / 4 / 1024**2, 1), 0.1), None
+        basis = "a cap of a quarter of the gradient bytes gives four buckets to overlap"
+    return _finding(
+        run, "bucket_cap_too_large", _exposed_share(rank),
+        f"{len(timeline.buckets)} bucket(s) for {_mb(total)} of gradients: the first gradient "
+        f"reduction starts {100 * lateness:.0f}% into backward, so little can overlap. Use "
+        f"--bucket-cap-mb {cap:g} ({basis}).",
+        [Evidence("buckets_per_step", len(timeline.buckets)),
+         Evidence("gradient_bytes_per_step", total, "B"),
+         Evidence("first_launch_into_backward", round(100 * lateness, 1), "%"),
+         Evidence("overlap_pct", overlap, "%"), Evidence("recommended_cap_mib", cap)], gain)
+
+
+def _exposed_share(rank: RankResult) -> float:
+    b = rank.breakdown
+    return b.exposed_comm_us / b.window_us if b.window_us else 0.0
+
+
+def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """Many small collectives, well below the size where bus bandwidth saturates. The size is
+    the half-bandwidth point α·β of the fitted cost t = α + S/β: below it a call spends more
+    time on latency than on moving bytes."""
+    rank = run.ranks[0]
+    per_step = rank.calls.n / max(rank.steps, 1)
+    sizes = [s for s in rank.calls.size_bytes if s is not None]
+    if per_step < MANY_CALLS or not sizes or advice is None or not advice.half_bandwidth_bytes:
+        return None
+    mean, half = statistics.fmean(sizes), advice.half_bandwidth_bytes
+    if mean >= BELOW_HALF_BANDWIDTH * half:
+        return None
+    remedy = ("shard in larger units (fewer fully_shard groups, or a larger --bucket-cap-mb)"
+              if _sharded(run) else "bucket gradients together (bucket_ddp_async or "
+              "pytorch_ddp, or a larger --bucket-cap-mb)")
+    return _finding(
+        run, "latency_bound", _exposed_share(rank),
+        f"{per_step:.0f} collectives per step of {_mb(mean)} on average, {half / mean:.0f}× "
+        f"below the {_mb(half)} at which a call spends as long moving bytes as on latency: "
+        f"{remedy}, so that each call carries more.",
+        [Evidence("calls_per_step", round(per_step, 1)),
+         Evidence("mean_bytes_per_call", round(mean), "B"),
+         Evidence("half_bandwidth_bytes", round(half), "B")])
+
+
+def exposed_tail(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """The last bucket's reduction sticks out after backward."""
+    rank = run.ranks[0]
+    timeline = rank.buckets
+    if timeline is None or len(timeline.buckets) < 2:
+        return None
+    last, step_ms = timeline.buckets[-1], _step_ms(rank)
+    if not step_ms or last.exposed_ms < TAIL_SHARE * step_ms:
+        return None
+    share = last.exposed_ms / step_ms
+    return _finding(
+        run, "exposed_tail", share,
+        f"the last bucket's reduction ({_mb(last.size_bytes)}) runs {last.exposed_ms:.2f} ms "
+        f"past the end of backward, {100 * share:.0f}% of the step: a smaller last bucket, or "
+        "overlapping it with the optimizer step (per-bucket optimizer updates), would hide it.",
+        [Evidence("last_bucket_exposed_ms", round(last.exposed_ms, 3), "ms"),
+         Evidence("last_bucket_bytes", last.size_bytes, "B"),
+         Evidence("step_ms", round(step_ms, 3), "ms")], 100 * share)
+
+
+def straggler(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """One rank makes the others wait: with the wait/transfer split, the rank that caused at
+    least SAME_RANK_SHARE of all the waiting, when the others spend ≥ WAIT_SHARE of the step
+    (wall time: the union of their waiting intervals) waiting; without it, compute skew."""
+    if len(run.ranks) < 2:
+        return None
+    if run.slowest_rank is not None:
+        slow = next(r for r in run.ranks if r.rank == run.slowest_rank)
+        caused_total = sum(r.wait.caused_wait_us for r in run.ranks if r.wait)
+        others = [r for r in run.ranks if r.rank != slow.rank and r.wait]
+        if not others or not caused_total or not slow.wait:
+            return None
+        waiting = statistics.fmean(r.wait.waiting_us / 1e3 / max(r.steps, 1) for r in others)
+        step_ms = statistics.fmean(_step_ms(r) for r in run.ranks)
+        share = waiting / step_ms if step_ms else 0.0
+        dominance = slow.wait.caused_wait_us / caused_total
+        if share < WAIT_SHARE or dominance < SAME_RANK_SHARE:
+            return None
+        return _finding(
+            run, "straggler", share,
+            f"rank {slow.rank} arrives last at collectives ({100 * dominance:.0f}% of the "
+            f"waiting is for it): the other ranks spend {waiting:.2f} ms per step "
+            f"({100 * share:.0f}% of the step) waiting. Look at what it does before "
+            "communicating (data, load balance, its device).",
+            [Evidence("rank", slow.rank),
+             Evidence("share_of_waiting_caused", round(100 * dominance, 1), "%"),
+             Evidence("others_waiting_ms_per_step", round(waiting, 3), "ms"),
+             Evidence("step_ms", round(step_ms, 3), "ms")], 100 * share)
+    compute = {r.rank: r.breakdown.compute_pct for r in run.ranks}
+    spread = max(compute.values()) - min(compute.values())
+    if spread < COMPUTE_SKEW_PP:
+        return None
+    top = max(compute, key=compute.__getitem__)
+    return _finding(run, "straggler", spread / 100,
+                    f"rank {top} computes {spread:.1f} points more of the window than the "
+                    "least busy rank: the others wait for it at every collective.",
+                    [Evidence("rank", top),
+                     Evidence("compute_pct_spread", round(spread, 2), "pp")])
+
+
+def no_overlap(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """Communication is blocking: none of it hides behind compute."""
+    row = run_row(run)
+    overlap, exposed = row.metrics.overlap_pct, row.metrics.comm_overhead_pct
+    if overlap is None or overlap >= NO_OVERLAP_PCT or exposed < EXPOSED_PCT:
+        return None
+    remedy = ("let the reduce-scatters and all-gathers run behind compute (FSDP prefetching, "
+              "asynchronous reductions; on gloo the collectives block the calling thread)"
+              if _sharded(run) else "launch them asynchronously from gradient hooks "
+              "(bucket_ddp_async, pytorch_ddp) and wait only before the optimizer step")
+    return _finding(
+        run, "no_overlap", exposed / 100,
+        f"only {overlap:.1f}% of the communication overlaps compute, and {exposed:.1f}% of "
+        "the time is exposed communication: the collectives block (a synchronous variant, or "
+        f"a wait before backward ends). To hide them, {remedy}.",
+        [Evidence("overlap_pct", round(overlap, 2), "%"),
+         Evidence("comm_overhead_pct", round(exposed, 2), "%")], exposed)
+
+
+def host_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """On GPU: the device sits idle while the host is still busy issuing work."""
+    rank = run.ranks[0]
+    if rank.kind != "gpu" or rank.host is None or rank.host.idle_host_busy_us is None:
+        return None
+    b = rank.breakdown
+    if b.idle_pct < HOST_BOUND_IDLE_PCT or not b.idle_us:
+        return None
+    share = rank.host.idle_host_busy_us / b.idle_us
+    if share < HOST_BUSY_SHARE:
+        return None
+    return _finding(
+        run, "host_bound", b.idle_pct / 100 * share,
+        f"the device is idle {b.idle_pct:.1f}% of the window, and the host is busy running "
+        f"ops or launching kernels for {100 * share:.0f}% of that idle time: the CPU cannot "
+        "keep the device fed. Larger batches, CUDA graphs or torch.compile cut the launches.",
+        [Evidence("idle_pct", round(b.idle_pct, 2), "%"),
+         Evidence("idle_with_host_busy_pct", round(100 * share, 1), "%")], b.idle_pct * share)
+
+
+def dataloader(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """Time in the data loader inside the step."""
+    rank = run.ranks[0]
+    if rank.host is None or not rank.breakdown.window_us:
+        return None
+    share = 100 * rank.host.dataloader_us / rank.breakdown.window_us
+    if share < DATALOADER_PCT:
+        return None
+    return _finding(run, "dataloader", share / 100,
+                    f"{share:.1f}% of the window is spent in the data loader: more workers "
+                    "(num_workers), pinned memory and prefetching move it off the step.",
+                    [Evidence("dataloader_pct", round(share, 2), "%")], share)
+
+
+def grad_accum_opportunity(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """Communication dominates (exposed communication takes at least as long as compute) and
+    is not amortized: accumulating gradients over K micro-steps syncs once per K, so exposed
+    communication per sample falls by 1 − 1/K (K = 2: half)."""
+    row = run_row(run)
+    if row.grad_accum not in (None, 1) or not run.ranks[0].collectives:
+        return None
+    exposed, compute = row.metrics.comm_overhead_pct, row.metrics.compute_pct
+    if exposed < ACCUMULATION_EXPOSED_PCT or exposed < compute:
+        return None
+    gain = exposed / 2
+    return _finding(
+        run, "grad_accum_opportunity", exposed / 100,
+        f"exposed communication ({exposed:.1f}% of the step) outweighs compute "
+        f"({compute:.1f}%): accumulating gradients over 2 micro-steps (--grad-accum 2, "
+        f"no_sync) halves the syncs per sample, about {gain:.0f}% of step time per sample.",
+        [Evidence("comm_overhead_pct", round(exposed, 2), "%"),
+         Evidence("compute_pct", round(compute, 2), "%"), Evidence("grad_accum", row.grad_accum)],
+        gain)
+
+
+RULES: tuple[Callable[[RunResult, CapAdvice | None], Finding | None], ...] = (
+    bucket_cap_too_large, latency_bound, exposed_tail, straggler, no_overlap, host_bound,
+    dataloader, grad_accum_opportunity)
+
+
+#: A finding that names the cause makes a vaguer one about the same run redundant.
+SUPERSEDES = {"bucket_cap_too_large": ("no_overlap",), "exposed_tail": ()}
+
+
+def findings(runs: list[RunResult], advice: dict[str, CapAdvice] | None = None
+             ) -> list[Finding]:
+    """Every rule on every run, ranked by estimated gain, else by what it costs now."""
+    found = []
+    for run in runs:
+        mine = [f for rule in RULES if (f := rule(run, (advice or {}).get(run.name)))]
+        superseded = {code for f in mine for code in SUPERSEDES.get(f.code, ())}
+        found += [f for f in mine if f.code not in superseded]
+    return sorted(found, key=lambda f: (-f.impact_pct, SEVERITY_ORDER[f.severity], f.run,
+                                        f.code))

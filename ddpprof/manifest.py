@@ -1,0 +1,299 @@
+"""The run manifest ``run.json``: its schema, reading it, and what its status means now.
+
+``ddpprof record`` writes one manifest per run folder (always atomically, as standard JSON).
+Its ``status`` is
+
+* ``running`` while the run is recorded; ``owner`` then names the recording process (pid,
+  host, and the process's start time and boot, so that a later process reusing the pid is not
+  taken for it);
+* ``complete`` when every rank finished and wrote its trace;
+* ``failed`` with ``error`` (``rank``, ``message``, ``traceback``, ``log``);
+* ``interrupted`` when a signal stopped the recording, with ``error.signal``.
+
+The API, for any reader (it imports neither torch nor anything heavy)::
+
+    read_manifest(path: Path) -> RunManifest
+        Decode a run.json. Unknown fields are ignored and fields a manifest lacks read as None,
+        so older and newer manifests both read. A file that is not JSON, or a field of the wrong
+        type, raises ``UsageError("<path>: config.world_size: expected int, got str")``.
+    read_run_manifest(folder: Path) -> RunManifest | None
+        ``read_manifest(folder / "run.json")``, or None when the folder has none.
+    effective_status(manifest: RunManifest) -> Status | None
+        The status as it stands now (None when the file has none): a ``running`` manifest
+        whose owner process is gone (the recorder was killed outright, say by SIGKILL) is
+        ``interrupted``. An owner on another host cannot be checked and reads as recorded.
+    status_detail(manifest: RunManifest) -> str | None
+        One line saying why a run is not complete (``rank 1: RuntimeError: ...``,
+        ``interrupted by SIGTERM``), None for a complete run.
+
+New optional fields are added by giving them a default of None (``buckets``, ``memory``...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from .errors import UsageError
+
+MANIFEST_NAME = "run.json"
+#: 2: ``owner``, the ``interrupted`` status and ``error.signal``; version 1 files read the same.
+SCHEMA_VERSION = 2
+#: A manifest is a few kilobytes per hundred steps; anything this big is not one.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+
+Status = Literal["running", "complete", "failed", "interrupted"]
+#: A run in one of these never stands for a good one (analyzed, gated, calibrated from).
+INCOMPLETE: tuple[Status, ...] = ("running", "failed", "interrupted")
+
+
+class Owner(msgspec.Struct, kw_only=True):
+    """The process recording a run, while it runs."""
+
+    pid: int
+    hostname: str
+    #: The process's start time, in clock ticks after boot (Linux), else None; with
+    #: ``boot_id`` it tells the owner from a later process that reuses its pid.
+    start_ticks: int | None = None
+    boot_id: str | None = None
+
+    @classmethod
+    def current(cls) -> Owner:
+        return cls(pid=os.getpid(), hostname=socket.gethostname(),
+                   start_ticks=process_start_ticks(os.getpid()), boot_id=_boot_id())
+
+
+class RunError(msgspec.Struct, kw_only=True):
+    """Why a run failed or was interrupted."""
+
+    message: str
+    rank: int | None = None             # the failing rank, as torchrun reports the root cause
+    traceback: str | None = None
+    log: str | None = None              # torchrun's output, relative to the run folder
+    signal: str | None = None           # for an interrupted run: SIGINT, SIGTERM or SIGHUP
+
+
+class ProfilerSchedule(msgspec.Struct, kw_only=True):
+    wait: int
+    warmup: int
+    active: int
+    record_shapes: bool = True
+    profile_memory: bool | None = None
+
+
+class MemoryRow(msgspec.Struct, kw_only=True):
+    """One rank's memory (``workloads/memory.py``): steady-state bytes counted from the tensors
+    (each storage once), and peaks."""
+
+    rank: int
+    device: str | None = None
+    params_bytes: int | None = None
+    grads_bytes: int | None = None
+    optimizer_bytes: int | None = None
+    state_bytes: int | None = None
+    peak_allocated_bytes: int | None = None          # GPU: torch.cuda.max_memory_allocated
+    peak_allocated_profiled_bytes: int | None = None  # GPU: the profiler's allocator events
+    step_peak_rise_bytes: int | None = None          # largest rise within a profiled step
+    peak_rss_bytes: int | None = None                # the process's peak resident set
+
+
+class BucketRecord(msgspec.Struct, kw_only=True):
+    """One gradient collective of a sync (a bucket): the parameters whose gradients it carries.
+    ``run.json``'s ``buckets`` lists them in the order the variant launches them."""
+
+    params: list[str]                   # names, as the model's named_parameters() gives them
+    param_index: list[int]              # their positions in named_parameters() order
+    param_bytes: list[int]              # each parameter's gradient bytes (its full size)
+    bytes: int                          # their sum: the gradient bytes the collective carries
+
+
+class ManifestConfig(msgspec.Struct, kw_only=True):
+    """How the run was made: its configuration as resolved for the run, and what the ranks
+    measured of their environment. Every field may be absent (None) in a file."""
+
+    variant: str | None = None
+    model: str | None = None
+    model_path: str | None = None
+    parameters: int | None = None
+    world_size: int | None = None
+    nproc_per_node: int | None = None
+    nnodes: int | None = None
+    backend: str | None = None
+    devices: list[str] | None = None
+    threads_per_rank: int | None = None
+    torch_version: str | None = None
+    global_batch: int | None = None
+    grad_accum: int | None = None
+    micro_batch_per_rank: int | None = None
+    bucket_cap_mb: float | None = None  # MiB (DDP's bucket_cap_mb is MiB despite its name)
+    gradient_as_bucket_view: bool | None = None
+    seq_len: int | None = None
+    steps: int | None = None
+    seed: int | None = None
+    lr: float | None = None
+    timeout_s: float | None = None
+    data: str | None = None
+    profiler: ProfilerSchedule | None = None
+    allreduces_per_sync: int | None = None
+    collectives_per_sync: dict[str, int | None] | None = None
+
+
+class StepRecord(msgspec.Struct, kw_only=True):
+    """One optimizer step: ``wall_s`` from its first micro-batch to the end of the optimizer
+    (the slowest rank's), ``sync_s`` the time in ``finish_gradient_sync``."""
+
+    step: int
+    phase: str                          # wait, warmup, active, after, or unprofiled
+    wall_s: float | None = None
+    sync_s: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    loss: float | None = None
+
+
+class Throughput(msgspec.Struct, kw_only=True):
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    median_step_s: float | None = None
+    steps_used: list[int] | None = None
+    includes_profiled_steps: bool | None = None
+    profiler_overhead_ratio: float | None = None
+
+
+class RunManifest(msgspec.Struct, kw_only=True):
+    schema_version: int | None = None
+    status: Status | None = None        # None: the file does not say (not ddpprof's)
+    run: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    elapsed_s: float | None = None
+    config: ManifestConfig = msgspec.field(default_factory=ManifestConfig)
+    command: list[str] | None = None
+    owner: Owner | None = None
+    error: RunError | None = None
+    steps: list[StepRecord] | None = None
+    throughput: Throughput | None = None
+    traces: list[str] | None = None
+    memory: list[MemoryRow] | None = None
+    buckets: list[BucketRecord] | None = None
+
+
+def read_manifest(path: Path) -> RunManifest:
+    """Decode the run.json at ``path``; every problem is a ``UsageError`` naming the file (and
+    the field, for a wrong type)."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise UsageError(f"{path}: {size:,} bytes is too large for a run manifest")
+        document = json.loads(path.read_bytes())  # json, not msgspec: older files hold NaN
+    except OSError as error:
+        raise UsageError(f"{path}: cannot be read ({error.strerror or error})") from None
+    except (ValueError, RecursionError) as error:
+        raise UsageError(f"{path}: not JSON ({error})") from None
+    return manifest_from_json(document, path)
+
+
+def manifest_from_json(document: object, where: object) -> RunManifest:
+    """A decoded run.json as a :class:`RunManifest`; a field of the wrong type is a
+    ``UsageError`` naming ``where`` and the field."""
+    try:
+        return msgspec.convert(document, RunManifest)
+    except msgspec.ValidationError as error:
+        raise UsageError(f"{where}: {validation_problem(error)}") from None
+
+
+def read_run_manifest(folder: Path) -> RunManifest | None:
+    path = folder / MANIFEST_NAME
+    return read_manifest(path) if path.is_file() else None
+
+
+def effective_status(manifest: RunManifest) -> Status | None:
+    if manifest.status == "running" and manifest.owner is not None \
+            and owner_is_gone(manifest.owner):
+        return "interrupted"
+    return manifest.status
+
+
+def status_detail(manifest: RunManifest) -> str | None:
+    status = effective_status(manifest)
+    if status == "complete":
+        return None
+    if status != manifest.status:
+        owner = manifest.owner
+        assert owner is not None
+        return f"interrupted: its recorder (pid {owner.pid} on {owner.hostname}) is gone"
+    if manifest.error is None:
+        return status
+    if manifest.error.rank is not None:
+        return f"rank {manifest.error.rank}: {manifest.error.message}"
+    return manifest.error.message
+
+
+def owner_is_gone(owner: Owner) -> bool:
+    """True when ``owner`` certainly no longer runs: it was on this host and its pid is free,
+    a zombie, or now another process (a different start time)."""
+    if owner.hostname != socket.gethostname():
+        return False
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # another user's process: it exists
+    if owner.boot_id is not None and owner.boot_id != _boot_id():
+        return True  # the machine rebooted since
+    if _process_state(owner.pid) == "Z":
+        return True
+    started = process_start_ticks(owner.pid)
+    return None not in (owner.start_ticks, started) and started != owner.start_ticks
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When the kernel started process ``pid``, in clock ticks after boot (``/proc/<pid>/stat``
+    field 22; exact, unlike a wall-clock time, which moves when the clock is set); None where
+    that cannot be read."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def now_iso() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name, so index 0 is field 3 (the state)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def _process_state(pid: int) -> str | None:
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def validation_problem(error: msgspec.ValidationError) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.config.world_size`" as
+    "config.world_size: expected int, got str"."""
+    text, _, where = str(error).partition(" - at `")
+    text = text.replace("`", "")
+    text = text[:1].lower() + text[1:]
+    location = re.sub(r"^\$\.?", "", where.rstrip("`"))
+    return f"{location}: {text}" if location else text

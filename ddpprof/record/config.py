@@ -1,0 +1,119 @@
+"""The run configuration: every option of a recorded run, declared once, here.
+
+* ``ddpprof record``, ``bench`` and ``sweep`` generate their command-line options from these
+  fields' metadata (``ddpprof.options.config_options``): name, type with its range, default and
+  help all come from here.
+* The launcher resolves it for each run (the variant, its gradient accumulation, the backend)
+  and writes it to ``<run folder>/.config.json``; the worker (``workloads/train.py``) reads that
+  file and hands the object to its plain training loop, as torchtitan hands its one config.
+* ``run.json`` records it under ``config``, beside what the ranks measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+
+from .. import options
+
+CONFIG_FILE = ".config.json"
+BACKENDS = ("auto", "gloo", "nccl")
+PATH = click.Path(path_type=Path)
+
+
+def cli(help: str, type: click.ParamType | None = None, flag: bool = False) -> dict[str, Any]:
+    """Field metadata that makes the field a command-line option (``--field-name``)."""
+    return {"help": help, "type": type, "flag": flag}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    # record takes several variants (--variant a,b|all) and runs each with this set to one
+    variant: str = "bucket_ddp_async"
+    model: str = field(default="mlp-large", metadata=cli(
+        "A model of workloads/models.py (any name, with --model-path)."))
+    model_path: Path | None = field(default=None, metadata=cli(
+        "A local Hugging Face checkpoint folder to train instead of random weights.", PATH))
+    data: Path | None = field(default=None, metadata=cli(
+        "A local .jsonl ('text' field) or text file; default: synthetic data.", PATH))
+    tokenizer: Path | None = field(default=None, metadata=cli(
+        "A local tokenizer folder for --data; default: --model-path's, else bytes.", PATH))
+    seq_len: int = field(default=256, metadata=cli(
+        "Tokens per sequence (language models).", options.POSITIVE_INT))
+    nproc: int = field(default=2, metadata=cli("Ranks per node.", options.POSITIVE_INT))
+    steps: int = field(default=8, metadata=cli("Optimizer steps.", options.POSITIVE_INT))
+    global_batch: int = field(default=1024, metadata=cli(
+        "Samples per optimizer step, across all ranks and micro-steps.", options.POSITIVE_INT))
+    grad_accum: int | None = field(default=None, metadata=cli(
+        "Micro-steps per optimizer step [default: 1; 2 for simple_ddp_ga].",
+        options.POSITIVE_INT))
+    bucket_cap_mb: float = field(default=25.0, metadata=cli(
+        "Gradient bucket size in MiB (bucket_ddp_async, pytorch_ddp).", options.POSITIVE_FLOAT))
+    gradient_as_bucket_view: bool = field(default=False, metadata=cli(
+        "pytorch_ddp's option of that name.", flag=True))
+    backend: str = field(default="auto", metadata=cli(
+        "auto: nccl when CUDA GPUs are visible, else gloo.", click.Choice(BACKENDS)))
+    wait: int = field(default=1, metadata=cli(
+        "Profiler schedule: steps skipped.", options.NON_NEGATIVE_INT))
+    warmup: int = field(default=2, metadata=cli(
+        "Profiler schedule: warm-up steps.", options.NON_NEGATIVE_INT))
+    active: int = field(default=3, metadata=cli(
+        "Profiler schedule: traced steps.", options.POSITIVE_INT))
+    nnodes: int = field(default=1, metadata=cli("Nodes taking part.", options.POSITIVE_INT))
+    node_rank: int = field(default=0, metadata=cli(
+        "This node's rank, 0 to --nnodes - 1.", options.NON_NEGATIVE_INT))
+    rdzv_endpoint: str | None = field(default=None, metadata=cli(
+        "HOST:PORT of the c10d rendezvous (several nodes).", options.ENDPOINT))
+    lr: float = field(default=1e-3, metadata=cli(
+        "AdamW's learning rate.", options.NON_NEGATIVE_FLOAT))
+    seed: int = field(default=0, metadata=cli(
+        "Seed of the data and of the initial weights.", options.SEED))
+    timeout_s: float = field(default=300.0, metadata=cli(
+        "Seconds before a rank stuck in a collective fails, and before a rendezvous that has "
+        "not started the ranks fails.", options.TIMEOUT_S))
+    # bench times unprofiled runs; not an option of record
+    profile: bool = True
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def micro_batch_per_rank(self) -> int:
+        return self.global_batch // (self.grad_accum or 1) // self.world_size
+
+    def replace(self, **changes: Any) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> bytes:
+        return msgspec.json.encode(self, enc_hook=_encode)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> RunConfig:
+        return msgspec.json.decode(data, type=cls, dec_hook=_decode)
+
+    @classmethod
+    def read(cls, path: Path) -> RunConfig:
+        return cls.from_json(path.read_bytes())
+
+
+def option_fields() -> list[dataclasses.Field]:
+    """The fields that are command-line options, in declaration order."""
+    return [f for f in dataclasses.fields(RunConfig) if "help" in f.metadata]
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    raise NotImplementedError(type(value))
+
+
+def _decode(kind: type, value: Any) -> Any:
+    if kind is Path:
+        return Path(value)
+    raise NotImplementedError(kind)

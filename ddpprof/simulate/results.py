@@ -1,0 +1,71 @@
+"""What a simulation gives: its predictions, the run as measured, and the whole of it."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from .cost import Contention, CostModel
+from .program import StepProgram
+
+
+@dataclass(frozen=True)
+class Prediction:
+    variant: str                       # what is replayed
+    world_size: int
+    bucket_cap_mb: float | None
+    buckets: int                       # gradient collectives per step
+    step_ms: float                     # unprofiled (see the module's docstring)
+    exposed_comm_ms: float
+    overlap_pct: float | None
+    efficiency: float                  # single-process time / (N × step)
+    recorded: bool                     # the run's own configuration
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The run as recorded: its median unprofiled step (run.json) and, from its trace, the
+    median over its profiled steps of overlap % and exposed communication."""
+
+    step_ms: float | None
+    overlap_pct: float | None
+    exposed_comm_ms: float
+
+
+@dataclass
+class Simulation:
+    run: str
+    variant: str | None
+    trace_name: str
+    world_size: int
+    programs: list[StepProgram]
+    cost: CostModel
+    contention: Contention
+    overhead_ratio: float
+    predictions: list[Prediction]
+    measured: Measured
+    rows: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def own(self) -> Prediction | None:
+        """The prediction of the run's own configuration."""
+        return next((p for p in self.predictions if p.recorded
+                     and p.world_size == self.world_size), None)
+
+
+def median_error_pct(pairs: list[tuple[float, float]]) -> float | None:
+    """Median of |predicted − measured| / measured over (predicted, measured) pairs, in %."""
+    errors = [abs(p - m) / m * 100 for p, m in pairs if m]
+    return statistics.median(errors) if errors else None
+
+
+def best(predictions: list[Prediction]) -> dict[int, Prediction]:
+    """The fastest bucket cap per world size (predictions with a cap only)."""
+    result: dict[int, Prediction] = {}
+    for p in predictions:
+        if p.bucket_cap_mb is None:
+            continue
+        if p.world_size not in result or p.step_ms < result[p.world_size].step_ms:
+            result[p.world_size] = p
+    return result

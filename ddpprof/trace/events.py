@@ -1,0 +1,71 @@
+"""One rank's trace as flat columns: what the loader produces and every analysis reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CommArgs:
+    """What an event says about the collective it belongs to (any field may be unknown)."""
+
+    collective: str | None = None
+    in_bytes: int | None = None        # the input buffer (``In msg nelems`` × dtype, or shapes)
+    out_bytes: int | None = None       # the output buffer (``Out msg nelems`` × dtype)
+    group_size: int | None = None
+    group: str | None = None           # process group: ``Process Group Name``
+    group_ranks: tuple[int, ...] | None = None
+    sequence: int | None = None        # the process group's collective sequence number
+
+
+@dataclass(frozen=True)
+class ProcessGroup:
+    """A process group from ``distributedInfo.pg_config``."""
+
+    name: str
+    size: int | None
+    ranks: tuple[int, ...] | None
+
+
+@dataclass
+class RankTrace:
+    """One rank's complete events (``ph: X``). Times are float microseconds exactly as
+    written; integer columns use -1 for "none". The rank may be unknown here: a run decides it
+    (see ``ddpprof.analysis.runs``)."""
+
+    path: Path | str                  # a local path, or a URL
+    rank: int | None
+    rank_source: str | None           # "distributedInfo", "file name" or None
+    world_size: int | None
+    backend: str | None
+    process_groups: list[ProcessGroup]
+    names: list[str]                  # name table; ``name_id`` indexes it
+    name_id: np.ndarray               # int32
+    category: list[str | None]        # category table; ``category_id`` indexes it
+    category_id: np.ndarray           # int32
+    start_us: np.ndarray              # float64
+    end_us: np.ndarray                # float64
+    thread_id: np.ndarray             # int32 index into ``threads``
+    threads: list[tuple[Any, Any]]    # (pid, tid)
+    thread_names: dict[tuple[Any, Any], str]
+    stream: np.ndarray                # int64 ``args.stream``, -1 where absent or not a number
+    correlation: np.ndarray           # int64; ids of 2**63 and above wrap around (mod 2**64)
+    has_correlation: np.ndarray       # bool: a correlation id ≥ 0 was given
+    external_id: np.ndarray           # int64 ``External id`` / ``external id``, -1 when absent
+    timestamps_are_integers: bool     # every ``ts`` a JSON integer (µs traces, not Kineto's ns)
+    #: Over every event of the file, metadata included: the smallest and largest ``ts`` and
+    #: whether any event has none. HTA's column type depends on them (see ``hta_sort_dtype``).
+    ts_range: tuple[float, float] = (0.0, 0.0)
+    ts_missing: bool = False
+    comm_args: dict[int, CommArgs] = field(default_factory=dict)  # by event index
+    grad_bytes: dict[int, int] = field(default_factory=dict)  # AccumulateGrad: its gradient
+    matmul_flops: dict[int, float] = field(default_factory=dict)  # classify.MATMUL_OPS: 2·M·K·N
+    dropped_events: int = 0           # complete-looking events without a usable start or end
+
+    @property
+    def n_events(self) -> int:
+        return int(self.start_us.size)

@@ -1,0 +1,200 @@
+""""What to change": every rule on synthetic traces that trigger it and traces that must not,
+and per-bucket attribution worked out by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from trace_builders import kernel, launch, span, step, write_trace
+
+from ddpprof.analysis import AnalysisOptions, analyze_paths
+from ddpprof.findings import CapAdvice, findings
+
+FLOAT = {"Input type": ["float"]}
+
+
+def grad(start: float, end: float, numel: int) -> dict:
+    return span("torch::autograd::AccumulateGrad", start, end,
+                **{"Input Dims": [[numel]], **FLOAT})
+
+
+def reduce(start: float, end: float, numel: int, tid: int = 9) -> dict:
+    return span("gloo:all_reduce", start, end, cat="user_annotation", tid=tid,
+                **{"Input Dims": [[numel]], **FLOAT})
+
+
+def cpu_run(folder: Path, body, ranks: int = 1, manifest: dict | None = None) -> Path:
+    """Three 1000 µs steps (the last dropped); ``body(base, rank)`` gives a step's events."""
+    for rank in range(ranks):
+        events = [step(s, 1000 * s, 1000 * (s + 1)) for s in range(3)]
+        for s in range(3):
+            events += body(1000 * s, rank)
+        write_trace(folder / f"rank{rank}.json", events, rank=rank, world_size=ranks)
+    if manifest is not None:
+        (folder / "run.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def codes(folder: Path, advice: CapAdvice | None = None) -> dict[str, object]:
+    [run] = analyze_paths([folder], AnalysisOptions(jobs=1)).runs
+    return {f.code: f for f in findings([run], {run.name: advice} if advice else None)}
+
+
+def backward(base: float, late_launch: bool) -> list[dict]:
+    """Backward from 100 to 500: four gradients of 1000 floats (4000 B) ready at 200, 300, 400,
+    500; then either one all-reduce of all 16000 B after backward, or four launched as each
+    gradient is ready."""
+    events = [span("aten::mm", base + 20, base + 100)]
+    events += [grad(base + t - 10, base + t, 1000) for t in (200, 300, 400, 500)]
+    if late_launch:
+        events.append(reduce(base + 510, base + 700, 4000))
+    else:
+        events += [reduce(base + t + 5, base + t + 60, 1000) for t in (200, 300, 400, 500)]
+    return events
+
+
+def test_bucket_timeline_by_hand(tmp_path):
+    folder = cpu_run(tmp_path / "run", lambda base, rank: backward(base, late_launch=False))
+    [run] = analyze_paths([folder]).runs
+    timeline = run.ranks[0].buckets
+    # the middle of the two analyzed steps; times from its start
+    assert timeline.step == "ProfilerStep#1" and timeline.backward_end_ms == 0.5
+    assert timeline.first_gradient_ms == 0.2
+    rows = timeline.buckets
+    assert [(b.ready_ms, b.launched_ms, b.done_ms) for b in rows] == [
+        (0.2, 0.205, 0.26), (0.3, 0.305, 0.36), (0.4, 0.405, 0.46), (0.5, 0.505, 0.56)]
+    # only the last sticks out after backward (ends at 0.5 ms): 0.055 ms of it
+    assert [round(b.exposed_ms, 6) for b in rows] == [0, 0, 0, 0.055]
+    assert all(b.gradients == 1 and b.size_bytes == 4000 for b in rows)
+
+
+def test_one_bucket_matched_to_its_four_gradients(tmp_path):
+    folder = cpu_run(tmp_path / "run", lambda base, rank: backward(base, late_launch=True))
+    [run] = analyze_paths([folder]).runs
+    [bucket] = run.ranks[0].buckets.buckets
+    assert (bucket.gradients, bucket.size_bytes, bucket.ready_ms) == (4, 16000, 0.5)
+    assert bucket.exposed_ms == pytest.approx(0.19)
+
+
+def test_bucket_cap_too_large(tmp_path):
+    late = codes(cpu_run(tmp_path / "late", lambda b, r: backward(b, late_launch=True)))
+    finding = late["bucket_cap_too_large"]
+    assert "--bucket-cap-mb" in finding.message
+    # launched at 510 µs, backward from the first gradient (200) to the last (500): 103.3 %
+    assert {e.name: e.value for e in finding.evidence}["first_launch_into_backward"] == 103.3
+    # with the simulator's prediction, the cap it names and its gain
+    advice = CapAdvice(current_cap_mb=25, best_cap_mb=1, current_step_ms=10, best_step_ms=8,
+                       half_bandwidth_bytes=None)
+    advised = codes(tmp_path / "late", advice)["bucket_cap_too_large"]
+    assert "--bucket-cap-mb 1 " in advised.message
+    assert advised.estimated_gain_pct == pytest.approx(20)
+    early = codes(cpu_run(tmp_path / "early", lambda b, r: backward(b, late_launch=False)))
+    assert "bucket_cap_too_large" not in early
+
+
+def test_latency_bound(tmp_path):
+    def many(base: float, rank: int) -> list[dict]:
+        return [span("aten::mm", base + 10, base + 900),
+                *(reduce(base + 10 + 80 * i, base + 60 + 80 * i, 1000) for i in range(10))]
+
+    folder = cpu_run(tmp_path / "small", many)
+    advice = CapAdvice(None, 1, 10, 10, half_bandwidth_bytes=1e6)   # 4 kB calls vs 1 MB
+    found = codes(folder, advice)["latency_bound"]
+    assert {e.name: e.value for e in found.evidence}["mean_bytes_per_call"] == 4000
+    assert "latency_bound" not in codes(folder, CapAdvice(None, 1, 10, 10, 10_000))
+    assert "latency_bound" not in codes(folder)   # no cost curve: no claim
+
+
+def test_exposed_tail(tmp_path):
+    def tail(length: float):
+        def body(base: float, rank: int) -> list[dict]:
+            return [span("aten::mm", base + 10, base + 500),
+                    grad(base + 200, base + 250, 1000), grad(base + 450, base + 500, 1000),
+                    reduce(base + 260, base + 300, 1000),
+                    reduce(base + 505, base + 505 + length, 1000)]
+        return body
+
+    assert "exposed_tail" in codes(cpu_run(tmp_path / "long", tail(300)))
+    assert "exposed_tail" not in codes(cpu_run(tmp_path / "short", tail(50)))
+
+
+def test_straggler(tmp_path):
+    def late(by: float):
+        def body(base: float, rank: int) -> list[dict]:
+            delay = by if rank == 1 else 0
+            return [span("aten::mm", base + 10, base + 300 + delay),
+                    reduce(base + 300 + delay, base + 600, 1000)]
+        return body
+
+    found = codes(cpu_run(tmp_path / "skewed", late(200), ranks=2))["straggler"]
+    assert {e.name: e.value for e in found.evidence}["rank"] == 1
+    assert found.estimated_gain_pct == pytest.approx(20)   # rank 0 waits 200 of 1000 µs
+    assert "straggler" not in codes(cpu_run(tmp_path / "even", late(0), ranks=2))
+
+
+def test_no_overlap(tmp_path):
+    def blocking(base: float, rank: int) -> list[dict]:
+        return [span("aten::mm", base + 10, base + 400), reduce(base + 400, base + 600, 1000)]
+
+    def overlapped(base: float, rank: int) -> list[dict]:
+        return [span("aten::mm", base + 10, base + 600), reduce(base + 300, base + 500, 1000)]
+
+    assert "no_overlap" in codes(cpu_run(tmp_path / "blocking", blocking))
+    assert "no_overlap" not in codes(cpu_run(tmp_path / "overlapped", overlapped))
+
+
+def gpu_run(folder: Path, host_busy: bool) -> Path:
+    """Two steps; kernels at [10,20) and [60,70) of each with the device idle between: the
+    host is either running an op through the gap or doing nothing."""
+    events = [step(0, 0, 100), step(1, 100, 200)]
+    for s, base in enumerate((0, 100)):
+        events += [launch(base + 1, 10 * s + 1), launch(base + 50, 10 * s + 2),
+                   kernel("gemm", base + 10, base + 20, 10 * s + 1),
+                   kernel("gemm", base + 60, base + 70, 10 * s + 2)]
+        if host_busy:
+            events.append(span("aten::index_put_", base + 20, base + 60))
+    write_trace(folder / "rank0.json", events, world_size=1, backend="nccl")
+    return folder
+
+
+def test_host_bound(tmp_path):
+    found = codes(gpu_run(tmp_path / "busy", host_busy=True))["host_bound"]
+    assert {e.name: e.value for e in found.evidence}["idle_pct"] == pytest.approx(66.67,
+                                                                                abs=0.01)
+    assert "host_bound" not in codes(gpu_run(tmp_path / "idle", host_busy=False))
+
+
+def test_dataloader(tmp_path):
+    def loading(length: float):
+        def body(base: float, rank: int) -> list[dict]:
+            return [span("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                         base + 1, base + 1 + length, cat="user_annotation"),
+                    span("aten::mm", base + 200, base + 900)]
+        return body
+
+    assert "dataloader" in codes(cpu_run(tmp_path / "slow", loading(150)))
+    assert "dataloader" not in codes(cpu_run(tmp_path / "fast", loading(20)))
+
+
+def test_grad_accum_opportunity(tmp_path):
+    def exposed(base: float, rank: int) -> list[dict]:
+        return [span("aten::mm", base + 10, base + 400), reduce(base + 400, base + 800, 1000)]
+
+    found = codes(cpu_run(tmp_path / "single_step", exposed))["grad_accum_opportunity"]
+    assert found.estimated_gain_pct == pytest.approx(20)   # 40 % exposed, halved
+    accumulated = cpu_run(tmp_path / "accumulated", exposed,
+                          manifest={"status": "complete", "config": {"grad_accum": 2}})
+    assert "grad_accum_opportunity" not in codes(accumulated)
+
+
+def test_findings_are_ranked_by_gain(tmp_path):
+    def bad(base: float, rank: int) -> list[dict]:
+        delay = 300 if rank == 1 else 0
+        return [span("aten::mm", base + 10, base + 100 + delay),
+                reduce(base + 100 + delay, base + 900, 1000)]
+
+    [run] = analyze_paths([cpu_run(tmp_path / "bad", bad, ranks=2)]).runs
+    gains = [f.estimated_gain_pct or 0 for f in findings([run])]
+    assert len(gains) >= 2 and gains == sorted(gains, reverse=True)
