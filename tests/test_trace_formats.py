@@ -302,3 +302,20 @@ def test_claimed_world_of_a_billion_ranks(tmp_path, ddpprof_cli):
     result = ddpprof_cli("analyze", str(tmp_path / "huge"))
     assert result.returncode == 0, result.stderr
     assert "missing ranks 0-2, 4-999999999" in result.stderr
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_utf8_byte_order_mark_is_skipped(tmp_path, gz):
+    """A trace re-saved by a Windows editor or PowerShell starts with a UTF-8 BOM: the same
+    numbers as without it."""
+    document = {"traceEvents": [_x("aten::mm", 0, 10), _x("aten::mm", 20, 30)],
+                "distributedInfo": {"rank": 0, "world_size": 1}}
+    raw = b"\xef\xbb\xbf" + json.dumps(document).encode()
+    path = tmp_path / "bom" / ("rank0.json.gz" if gz else "rank0.json")
+    path.parent.mkdir()
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    [run] = _analyze(tmp_path / "bom")
+    [rank] = run.ranks
+    # CPU, no step: window [0, 30) = 30, compute [0,10) ∪ [20,30) = 20, idle 10
+    b = rank.breakdown
+    assert (rank.kind, b.window_us, b.compute_us, b.idle_us) == ("cpu", 30, 20, 10)

@@ -31,6 +31,7 @@ __all__ = ["TraceError", "load", "read_bytes"]
 #: Refuse to inflate a gzip member beyond this many bytes (a "gzip bomb" would otherwise end
 #: in a MemoryError); ``DDPPROF_MAX_TRACE_BYTES`` overrides it.
 DEFAULT_MAX_TRACE_BYTES = 16 * 1024**3
+_UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
@@ -109,6 +110,10 @@ def read_bytes(path: Location) -> bytes:
         raw = _gunzip(raw, path, max_trace_bytes())
         if not raw.strip():
             raise TraceError(path, "empty file")
+    if raw[:3] == _UTF8_BOM:
+        # Editors and PowerShell on Windows (Out-File, Set-Content) write one when a trace is
+        # re-saved; Python's json (HTA) rejects it too, but it holds no data, so drop it.
+        raw = raw[3:]
     return raw
 
 
