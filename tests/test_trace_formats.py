@@ -319,3 +319,26 @@ def test_a_utf8_byte_order_mark_is_skipped(tmp_path, gz):
     # CPU, no step: window [0, 30) = 30, compute [0,10) ∪ [20,30) = 20, idle 10
     b = rank.breakdown
     assert (rank.kind, b.window_us, b.compute_us, b.idle_us) == ("cpu", 30, 20, 10)
+
+
+def test_bare_non_finite_numbers_read_as_absent(tmp_path):
+    """Kineto wrote ``"memory bandwidth (GB/s)": inf`` for a zero-length memcpy (kineto issue
+    105) and Python's json writes ``NaN``: not JSON, but only those values are lost. An event
+    whose ``dur`` is NaN has no duration and is skipped with the usual note."""
+    text = ('{"traceEvents": ['
+            '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, '
+            '"dur": 10, "args": {"memory bandwidth (GB/s)": inf, "x": [-Infinity, nan]}},\n'
+            '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, '
+            '"dur": 10, "args": {}},\n'
+            '{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 12, '
+            '"dur": NaN, "args": {}}], '
+            '"distributedInfo": {"rank": 0, "world_size": 1}}')
+    path = tmp_path / "inf" / "rank0.json"
+    path.parent.mkdir()
+    path.write_text(text)
+    [run] = _analyze(tmp_path / "inf")
+    [rank] = run.ranks
+    # the NaN-long aten::add is dropped: window [0, 30) = 30, compute [0,10) ∪ [20,30) = 20
+    b = rank.breakdown
+    assert (rank.kind, b.window_us, b.compute_us, b.idle_us) == ("cpu", 30, 20, 10)
+    assert any("1 complete events without a start or a duration" in n for n in run.notes)

@@ -155,6 +155,9 @@ def decode(raw: bytes, path: Location) -> tuple[memoryview, _DistributedInfo | N
     except msgspec.ValidationError as error:
         raise TraceError(path, f"not a trace ({error})") from None
     except msgspec.DecodeError as error:
+        repaired = _non_finite_as_null(raw) if "invalid character" in str(error) else None
+        if repaired is not None:
+            return decode(repaired, path)
         problem = "truncated JSON" if "truncated" in str(error).lower() else "invalid JSON"
         raise TraceError(path, f"{problem} ({error})") from None
     events = document.traceEvents
@@ -163,6 +166,20 @@ def decode(raw: bytes, path: Location) -> tuple[memoryview, _DistributedInfo | N
     info = document.distributedInfo
     info = msgspec.convert(info, _DistributedInfo) if isinstance(info, dict) else None
     return memoryview(events), info
+
+
+#: A bare non-finite number as a JSON value: Kineto wrote ``"memory bandwidth (GB/s)": inf``
+#: for a zero-length memcpy (pytorch/kineto issue 105), Python's json writes ``NaN`` and
+#: ``Infinity``. None is valid JSON, so such a trace would be refused whole for one argument.
+_NON_FINITE = re.compile(rb"([:,\[]\s*)-?(?:inf|nan|Infinity|NaN)(?=\s*[,}\]])",
+                         re.IGNORECASE)
+
+
+def _non_finite_as_null(raw: bytes) -> bytes | None:
+    """``raw`` with every bare non-finite number replaced by ``null`` (read as absent, as any
+    value that makes no sense is), or None where it has none."""
+    repaired, count = _NON_FINITE.subn(rb"\1null", raw)
+    return repaired if count else None
 
 
 _WHITESPACE = frozenset(b" \t\r\n")
