@@ -342,3 +342,25 @@ def test_bare_non_finite_numbers_read_as_absent(tmp_path):
     b = rank.breakdown
     assert (rank.kind, b.window_us, b.compute_us, b.idle_us) == ("cpu", 30, 20, 10)
     assert any("1 complete events without a start or a duration" in n for n in run.notes)
+
+
+def test_json_that_is_not_a_trace_beside_traces_is_skipped(tmp_path, ddpprof_cli):
+    """HTA's test data keeps an execution trace (``*_et.json.gz``, ``"nodes"``, no
+    ``traceEvents``) beside its Kineto trace: the run is the Kineto trace alone, with a note.
+    A folder of such files alone is still refused, naming one."""
+    _write(tmp_path / "both" / "simple_add_trace.json.gz",
+           {"traceEvents": [_x("aten::mm", 0, 10), _x("aten::mm", 20, 30)]}, gz=True)
+    _write(tmp_path / "both" / "simple_add_et.json.gz",
+           {"schema": "1.0.2-chakra.0.0.4", "nodes": [{"id": 1, "name": "x"}]}, gz=True)
+    [run] = _analyze(tmp_path / "both")
+    [rank] = run.ranks
+    # the one trace, rank 0: window [0, 30) = 30, compute [0,10) ∪ [20,30) = 20
+    assert (rank.rank, rank.breakdown.window_us, rank.breakdown.compute_us) == (0, 30, 20)
+    assert ("skipped 1 JSON file(s) that are not traces (no traceEvents): "
+            "simple_add_et.json.gz") in run.notes
+
+    _write(tmp_path / "alone" / "et.json", {"nodes": []})
+    result = ddpprof_cli("analyze", str(tmp_path / "alone"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{tmp_path / 'alone' / 'et.json'}: not a trace (no traceEvents array)" in (
+        result.stderr)

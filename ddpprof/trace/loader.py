@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import NotATrace, TraceError
 from . import classify, storage
 from .events import CommArgs, ProcessGroup, RankTrace
 from .storage import Location
@@ -162,7 +162,7 @@ def decode(raw: bytes, path: Location) -> tuple[memoryview, _DistributedInfo | N
         raise TraceError(path, f"{problem} ({error})") from None
     events = document.traceEvents
     if memoryview(events)[:1] != b"[":
-        raise TraceError(path, "not a trace (no traceEvents array)")
+        raise NotATrace(path, "not a trace (no traceEvents array)")
     info = document.distributedInfo
     info = msgspec.convert(info, _DistributedInfo) if isinstance(info, dict) else None
     return memoryview(events), info
