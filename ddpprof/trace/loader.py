@@ -112,7 +112,7 @@ def read_bytes(path: Location) -> bytes:
             raise TraceError(path, "empty file")
     if raw[:3] == _UTF8_BOM:
         # Editors and PowerShell on Windows (Out-File, Set-Content) write one when a trace is
-        # re-saved; Python's json (HTA) rejects it too, but it holds no data, so drop it.
+        # re-saved; Python's json.loads of bytes (HTA's reader) skips it too, msgspec does not.
         raw = raw[3:]
     return raw
 
@@ -170,7 +170,7 @@ def decode(raw: bytes, path: Location) -> tuple[memoryview, _DistributedInfo | N
 
 #: A bare non-finite number as a JSON value: Kineto wrote ``"memory bandwidth (GB/s)": inf``
 #: for a zero-length memcpy (pytorch/kineto issue 105), Python's json writes ``NaN`` and
-#: ``Infinity``. None is valid JSON, so such a trace would be refused whole for one argument.
+#: ``Infinity``. Neither is JSON, and one such argument would otherwise refuse the whole trace.
 _NON_FINITE = re.compile(rb"([:,\[]\s*)-?(?:inf|nan|Infinity|NaN)(?=\s*[,}\]])",
                          re.IGNORECASE)
 
