@@ -31,6 +31,12 @@ class TraceError(UsageError):
         return type(self), (self.path, self.problem)
 
 
+class NotATrace(TraceError):
+    """A JSON document that is not a Chrome trace at all (no ``traceEvents``): a PyTorch
+    execution trace, a config, another tool's output saved beside the traces. A run skips it
+    when the run has traces."""
+
+
 class RunFailed(Exception):
     """A launched run, or an output written after it, failed: one line naming what and where."""
 

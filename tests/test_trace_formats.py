@@ -302,3 +302,65 @@ def test_claimed_world_of_a_billion_ranks(tmp_path, ddpprof_cli):
     result = ddpprof_cli("analyze", str(tmp_path / "huge"))
     assert result.returncode == 0, result.stderr
     assert "missing ranks 0-2, 4-999999999" in result.stderr
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_utf8_byte_order_mark_is_skipped(tmp_path, gz):
+    """A trace re-saved by a Windows editor or PowerShell starts with a UTF-8 BOM: the same
+    numbers as without it."""
+    document = {"traceEvents": [_x("aten::mm", 0, 10), _x("aten::mm", 20, 30)],
+                "distributedInfo": {"rank": 0, "world_size": 1}}
+    raw = b"\xef\xbb\xbf" + json.dumps(document).encode()
+    path = tmp_path / "bom" / ("rank0.json.gz" if gz else "rank0.json")
+    path.parent.mkdir()
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    [run] = _analyze(tmp_path / "bom")
+    [rank] = run.ranks
+    # CPU, no step: window [0, 30) = 30, compute [0,10) ∪ [20,30) = 20, idle 10
+    b = rank.breakdown
+    assert (rank.kind, b.window_us, b.compute_us, b.idle_us) == ("cpu", 30, 20, 10)
+
+
+def test_bare_non_finite_numbers_read_as_absent(tmp_path):
+    """Kineto wrote ``"memory bandwidth (GB/s)": inf`` for a zero-length memcpy (kineto issue
+    105) and Python's json writes ``NaN``: not JSON, but only those values are lost. An event
+    whose ``dur`` is NaN has no duration and is skipped with the usual note."""
+    text = ('{"traceEvents": ['
+            '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, '
+            '"dur": 10, "args": {"memory bandwidth (GB/s)": inf, "x": [-Infinity, nan]}},\n'
+            '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, '
+            '"dur": 10, "args": {}},\n'
+            '{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 12, '
+            '"dur": NaN, "args": {}}], '
+            '"distributedInfo": {"rank": 0, "world_size": 1}}')
+    path = tmp_path / "inf" / "rank0.json"
+    path.parent.mkdir()
+    path.write_text(text)
+    [run] = _analyze(tmp_path / "inf")
+    [rank] = run.ranks
+    # the NaN-long aten::add is dropped: window [0, 30) = 30, compute [0,10) ∪ [20,30) = 20
+    b = rank.breakdown
+    assert (rank.kind, b.window_us, b.compute_us, b.idle_us) == ("cpu", 30, 20, 10)
+    assert any("1 complete events without a start or a duration" in n for n in run.notes)
+
+
+def test_json_that_is_not_a_trace_beside_traces_is_skipped(tmp_path, ddpprof_cli):
+    """HTA's test data keeps an execution trace (``*_et.json.gz``, ``"nodes"``, no
+    ``traceEvents``) beside its Kineto trace: the run is the Kineto trace alone, with a note.
+    A folder of such files alone is still refused, naming one."""
+    _write(tmp_path / "both" / "simple_add_trace.json.gz",
+           {"traceEvents": [_x("aten::mm", 0, 10), _x("aten::mm", 20, 30)]}, gz=True)
+    _write(tmp_path / "both" / "simple_add_et.json.gz",
+           {"schema": "1.0.2-chakra.0.0.4", "nodes": [{"id": 1, "name": "x"}]}, gz=True)
+    [run] = _analyze(tmp_path / "both")
+    [rank] = run.ranks
+    # the one trace, rank 0: window [0, 30) = 30, compute [0,10) ∪ [20,30) = 20
+    assert (rank.rank, rank.breakdown.window_us, rank.breakdown.compute_us) == (0, 30, 20)
+    assert ("skipped 1 JSON file(s) that are not traces (no traceEvents): "
+            "simple_add_et.json.gz") in run.notes
+
+    _write(tmp_path / "alone" / "et.json", {"nodes": []})
+    result = ddpprof_cli("analyze", str(tmp_path / "alone"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{tmp_path / 'alone' / 'et.json'}: not a trace (no traceEvents array)" in (
+        result.stderr)

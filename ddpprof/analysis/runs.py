@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import TraceError, UsageError
+from ..errors import NotATrace, TraceError, UsageError
 from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
 from ..metrics.waits import wait_split
 from ..trace import classify, storage
@@ -205,9 +205,25 @@ def analyze_run(run: RunInput, options: AnalysisOptions = DEFAULT_OPTIONS,
         with executor_for(options.scheduler, options.jobs) as own:
             return analyze_run(run, options, own, on_rank)
     outcomes = _map(executor, run.traces, None, options, on_rank)
+    outcomes, skipped = _without_other_json(outcomes)
     _raise_first_error(outcomes)
-    return [_finish_run(name, run, members, notes, options, executor)
+    return [_finish_run(name, run, members, [*skipped, *notes], options, executor)
             for name, members, notes in _assign_ranks(run, outcomes)]
+
+
+def _without_other_json(outcomes: list[_Outcome]) -> tuple[list[_Outcome], list[str]]:
+    """The outcomes without JSON files that are not traces, and a note naming those, when
+    the run has at least one trace. Folders of traces often hold other JSON: HTA's own test
+    data puts an execution trace (``*_et.json.gz``) beside its Kineto trace, and Chakra's
+    workflow writes both per rank. Where every file is such, the first is the run's error."""
+    others = [o for o in outcomes if isinstance(o.error, NotATrace)]
+    if not others or len(others) == len(outcomes):
+        return outcomes, []
+    names = ", ".join(storage.name(o.path) for o in others[:3])
+    more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+    return ([o for o in outcomes if not isinstance(o.error, NotATrace)],
+            [f"skipped {len(others)} JSON file(s) that are not traces (no traceEvents): "
+             f"{names}{more}"])
 
 
 def _with_hta(run: RunInput, results: list[RankResult], keep_last_step: bool

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import NotATrace, TraceError
 from . import classify, storage
 from .events import CommArgs, ProcessGroup, RankTrace
 from .storage import Location
@@ -31,6 +31,7 @@ __all__ = ["TraceError", "load", "read_bytes"]
 #: Refuse to inflate a gzip member beyond this many bytes (a "gzip bomb" would otherwise end
 #: in a MemoryError); ``DDPPROF_MAX_TRACE_BYTES`` overrides it.
 DEFAULT_MAX_TRACE_BYTES = 16 * 1024**3
+_UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
@@ -109,6 +110,10 @@ def read_bytes(path: Location) -> bytes:
         raw = _gunzip(raw, path, max_trace_bytes())
         if not raw.strip():
             raise TraceError(path, "empty file")
+    if raw[:3] == _UTF8_BOM:
+        # Editors and PowerShell on Windows (Out-File, Set-Content) write one when a trace is
+        # re-saved; Python's json.loads of bytes (HTA's reader) skips it too, msgspec does not.
+        raw = raw[3:]
     return raw
 
 
@@ -150,14 +155,31 @@ def decode(raw: bytes, path: Location) -> tuple[memoryview, _DistributedInfo | N
     except msgspec.ValidationError as error:
         raise TraceError(path, f"not a trace ({error})") from None
     except msgspec.DecodeError as error:
+        repaired = _non_finite_as_null(raw) if "invalid character" in str(error) else None
+        if repaired is not None:
+            return decode(repaired, path)
         problem = "truncated JSON" if "truncated" in str(error).lower() else "invalid JSON"
         raise TraceError(path, f"{problem} ({error})") from None
     events = document.traceEvents
     if memoryview(events)[:1] != b"[":
-        raise TraceError(path, "not a trace (no traceEvents array)")
+        raise NotATrace(path, "not a trace (no traceEvents array)")
     info = document.distributedInfo
     info = msgspec.convert(info, _DistributedInfo) if isinstance(info, dict) else None
     return memoryview(events), info
+
+
+#: A bare non-finite number as a JSON value: Kineto wrote ``"memory bandwidth (GB/s)": inf``
+#: for a zero-length memcpy (pytorch/kineto issue 105), Python's json writes ``NaN`` and
+#: ``Infinity``. Neither is JSON, and one such argument would otherwise refuse the whole trace.
+_NON_FINITE = re.compile(rb"([:,\[]\s*)-?(?:inf|nan|Infinity|NaN)(?=\s*[,}\]])",
+                         re.IGNORECASE)
+
+
+def _non_finite_as_null(raw: bytes) -> bytes | None:
+    """``raw`` with every bare non-finite number replaced by ``null`` (read as absent, as any
+    value that makes no sense is), or None where it has none."""
+    repaired, count = _NON_FINITE.subn(rb"\1null", raw)
+    return repaired if count else None
 
 
 _WHITESPACE = frozenset(b" \t\r\n")
