@@ -364,3 +364,36 @@ def test_json_that_is_not_a_trace_beside_traces_is_skipped(tmp_path, ddpprof_cli
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"{tmp_path / 'alone' / 'et.json'}: not a trace (no traceEvents array)" in (
         result.stderr)
+
+
+def test_a_trace_beside_a_subfolder_of_other_json_is_analyzed(tmp_path, ddpprof_cli):
+    """TraceLens keeps its output beside the trace it analyzed (``X.json`` and
+    ``analysis_output_ref/plot_data.json``): the trace is the run, the subfolder of plot data
+    is skipped with a note. JSON kept beside run folders (ddpprof's own ``analysis.json``)
+    leaves no run and no note; a trace kept there is one more run."""
+    folder = tmp_path / "bert_analysis_output"
+    _write(folder / "bert.json", {"traceEvents": [_x("aten::mm", 0, 10), _x("aten::mm", 20, 40)]})
+    _write(folder / "analysis_output_ref" / "plot_data.json", {"series": [1, 2, 3]})
+    result = ddpprof_cli("analyze", str(folder), "--json", str(tmp_path / "out.json"))
+    assert result.returncode == 0, result.stderr
+    [run] = json.loads((tmp_path / "out.json").read_text())["runs"]
+    # window [0, 40) = 40 µs, compute [0,10) ∪ [20,40) = 30 µs: 75% compute, 25% idle
+    assert (run["run"], run["compute_pct"], run["idle_pct"]) == ("bert_analysis_output", 75.0,
+                                                                 25.0)
+    assert "analysis_output_ref: skipped: no trace among its JSON files" in result.stderr
+
+    runs = tmp_path / "runs"
+    for name in ("a", "b"):
+        _write(runs / name / "rank0.json", {"traceEvents": [_x("aten::mm", 0, 10)]})
+    _write(runs / "analysis.json", {"schema": "ddpprof.analyze", "runs": []})
+    result = ddpprof_cli("analyze", str(runs), "--json", str(tmp_path / "runs.json"))
+    assert result.returncode == 0, result.stderr
+    assert [r["run"] for r in json.loads((tmp_path / "runs.json").read_text())["runs"]] == [
+        "a", "b"]
+    assert "skipped" not in result.stderr
+
+    _write(runs / "stray.json", {"traceEvents": [_x("aten::mm", 0, 10)]})
+    result = ddpprof_cli("analyze", str(runs), "--json", str(tmp_path / "runs.json"))
+    assert result.returncode == 0, result.stderr
+    assert [r["run"] for r in json.loads((tmp_path / "runs.json").read_text())["runs"]] == [
+        "a", "b", "runs"]

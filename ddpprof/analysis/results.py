@@ -96,3 +96,5 @@ class Analysis:
     runs: list[RunResult]
     errors: list[RunProblem]        # runs that could not be analyzed
     unfinished: list[RunProblem] = field(default_factory=list)  # failed or interrupted runs
+    #: Folders that hold JSON but no trace, left out because other runs hold traces.
+    skipped: list[RunProblem] = field(default_factory=list)

@@ -257,6 +257,7 @@ def _analyze_found(found: list[RunInput], options: AnalysisOptions, executor,
                    on_run: Callable[[int, int, RunInput], None] | None,
                    on_rank: Progress | None) -> Analysis:
     analysis = Analysis(runs=[], errors=[], unfinished=[])
+    no_traces: list[tuple[RunInput, RunProblem]] = []
     for index, run in enumerate(found):
         if on_run:
             on_run(index, len(found), run)
@@ -270,8 +271,18 @@ def _analyze_found(found: list[RunInput], options: AnalysisOptions, executor,
             continue
         try:
             analysis.runs += analyze_run(run, options, executor, on_rank)
+        except NotATrace as error:
+            # Only JSON that is not a trace: another tool's output kept beside the runs
+            # (TraceLens writes its plot data in a subfolder), or ddpprof's own analysis.
+            no_traces.append((run, RunProblem(run.name, str(error))))
         except UsageError as error:
             analysis.errors.append(RunProblem(run.name, str(error)))
+    if analysis.runs or analysis.errors or analysis.unfinished:
+        # Left out, with a note, beside runs that hold traces; files kept beside run folders
+        # leave no note.
+        analysis.skipped = [problem for run, problem in no_traces if not run.beside_runs]
+    else:
+        analysis.errors = [problem for _, problem in no_traces]
     analysis.runs.sort(key=_natural_order)   # stable: runs of no known variant keep theirs
     return analysis
 

@@ -39,4 +39,6 @@ def note_lines(analysis: Analysis) -> list[str]:
         lines += [f"{run.name}: {note}" for note in notes]
     lines += [f"{problem.run}: not analyzed: the recording {problem.status} ({problem.error})"
               for problem in analysis.unfinished]
+    lines += [f"{problem.run}: skipped: no trace among its JSON files ({problem.error})"
+              for problem in analysis.skipped]
     return lines

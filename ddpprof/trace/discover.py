@@ -31,6 +31,9 @@ class RunInput:
     traces: list[Location]
     manifest: RunManifest = field(default_factory=RunManifest)   # empty without a run.json
     error: str | None = None        # why this run cannot be analyzed, found while looking
+    #: The JSON files found beside run folders (an analysis, a summary, or a stray trace):
+    #: a run only if one of them is a trace.
+    beside_runs: bool = False
 
 
 def display_name(name: str) -> str:
@@ -105,15 +108,20 @@ def discover(paths: list[Location]) -> list[RunInput]:
                 continue
             if not storage.is_dir(path):
                 raise TraceError(path, "no such file or folder")
-            # Subfolders with traces make this a folder of runs (files beside them, such as a
-            # record summary, are not traces); otherwise its own trace files make one run.
+            # Subfolders with traces make this a folder of runs; JSON files beside them (an
+            # analysis, a summary, or the trace of a folder that also holds another tool's
+            # output) are one more run, dropped if none of them is a trace.
             found = _subfolders(path)
+            traces = _trace_files(path)
             if found:
-                for sub, traces, error in found:
-                    run = _run(storage.name(sub), sub, traces or [])
+                for sub, sub_traces, error in found:
+                    run = _run(storage.name(sub), sub, sub_traces or [])
                     run.error = error or run.error
                     runs.append(run)
-            elif traces := _trace_files(path):
+                if traces:
+                    runs.append(_run(storage.name(path) or str(path), path, traces))
+                    runs[-1].beside_runs = True
+            elif traces:
                 runs.append(_run(storage.name(path) or str(path), path, traces))
             else:
                 raise TraceError(path, "no trace files (*.json, *.json.gz) here or in its "
