@@ -16,30 +16,26 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CHUNK_BYTES", "element_commas"]
+__all__ = ["CHUNK_BYTES", "element_commas", "object_ends"]
 
 #: Bytes scanned at a time: the temporaries are a few times this, whatever the file's size.
 CHUNK_BYTES = 8 * 1024 * 1024
 
 _QUOTE, _BACKSLASH, _COMMA = ord('"'), ord("\\"), ord(",")
-#: +1 for an opening bracket, -1 for a closing one, 0 for any other byte.
-_DEPTH_STEP = np.zeros(256, dtype=np.int8)
-_DEPTH_STEP[[ord("{"), ord("[")]] = 1
-_DEPTH_STEP[[ord("}"), ord("]")]] = -1
-_STRUCTURAL = np.zeros(256, dtype=bool)
-_STRUCTURAL[[ord("{"), ord("["), ord("}"), ord("]"), _COMMA]] = True
+_WHITESPACE = frozenset(b" \t\r\n")
 
 
-def _escaped(data: np.ndarray, quotes: np.ndarray) -> np.ndarray:
-    """Which of ``quotes`` (positions in ``data``) follow an odd run of backslashes."""
-    after_backslash = quotes[(quotes > 0) & (data[np.maximum(quotes - 1, 0)] == _BACKSLASH)]
+def _escaped(data: np.ndarray, quotes: np.ndarray, backslashes: np.ndarray) -> np.ndarray:
+    """Which of ``quotes`` (positions in ``data``) follow an odd run of backslashes; the
+    ``backslashes`` are all of those in the same stretch, usually none."""
+    after_backslash = np.intersect1d(quotes, backslashes + 1, assume_unique=True)
     escaped = np.zeros(quotes.size, dtype=bool)
     if after_backslash.size == 0:
         return escaped
     # Rare in traces (a quote inside a kernel or argument name): count the run in Python.
     odd = []
     for position in after_backslash.tolist():
-        run = 0
+        run = 1
         while position - run - 1 >= 0 and data[position - run - 1] == _BACKSLASH:
             run += 1
         odd.append(run % 2 == 1)
@@ -47,36 +43,62 @@ def _escaped(data: np.ndarray, quotes: np.ndarray) -> np.ndarray:
     return escaped
 
 
-def element_commas(array: memoryview | bytes | np.ndarray,
-                   chunk_bytes: int = CHUNK_BYTES) -> np.ndarray | None:
-    """Offsets of the commas between the elements of the JSON array held in ``array`` (whose
-    first non-blank byte is ``[``), in order; None if the bytes do not scan as one balanced
-    array (the caller then does not slice)."""
+def object_ends(array: memoryview | bytes | np.ndarray,
+                chunk_bytes: int = CHUNK_BYTES) -> np.ndarray | None:
+    """Offsets just past the closing bracket of each object or array that is an element of the
+    JSON array held in ``array`` (its first byte ``[``), in order; None if the bytes do not
+    scan as one balanced array (the caller then does not slice)."""
     data = array if isinstance(array, np.ndarray) else np.frombuffer(array, dtype=np.uint8)
     found: list[np.ndarray] = []
     in_string = False           # carried across chunks: inside a string at the chunk's start
     depth = 0                   # nesting depth at the chunk's start
     for begin in range(0, data.size, chunk_bytes):
         chunk = data[begin:begin + chunk_bytes]
-        quotes = np.flatnonzero(chunk == _QUOTE)
-        if quotes.size:
-            quotes = quotes[~_escaped(data, quotes + begin)]
-        structural = np.flatnonzero(_STRUCTURAL[chunk])
-        # A structural byte is inside a string when an odd number of real quotes precede it
-        # in this chunk, counting from the carried state.
-        before = np.searchsorted(quotes, structural)
-        outside = (before % 2 == 1) if in_string else (before % 2 == 0)
-        structural = structural[outside]
-        kinds = chunk[structural]
-        steps = _DEPTH_STEP[kinds].astype(np.int64)
-        # depth just before each byte: a comma at depth 1 separates top-level elements
-        depths = depth + np.cumsum(steps) - steps
-        if depths.size and depths.min() < 0:
+        quotes = np.flatnonzero(chunk == _QUOTE) + begin
+        # from one byte back: a quote at the chunk's start may be escaped by the byte before
+        low = max(begin - 1, 0)
+        backslashes = np.flatnonzero(data[low:begin + chunk_bytes] == _BACKSLASH) + low
+        if backslashes.size and quotes.size:
+            quotes = quotes[~_escaped(data, quotes, backslashes)]
+        # ``{ } [ ]`` and, from the same cheap bit test, ``Y _ y DEL``, weeded out next
+        brackets = np.flatnonzero((chunk & 0xD9) == 0x59)
+        kinds = chunk[brackets]
+        keep = (kinds == ord("{")) | (kinds == ord("}")) | (kinds == ord("[")) | (
+            kinds == ord("]"))
+        brackets, kinds = brackets[keep] + begin, kinds[keep]
+        # A bracket is inside a string when an odd number of real quotes precede it in this
+        # chunk, counting from the carried state.
+        outside = np.searchsorted(quotes, brackets) % 2 == (1 if in_string else 0)
+        brackets, kinds = brackets[outside], kinds[outside]
+        # ``{`` and ``[`` have bit 1 set, ``}`` and ``]`` do not: +1 or -1
+        steps = ((kinds >> 1) & 1).astype(np.int64) * 2 - 1
+        after = depth + np.cumsum(steps)
+        if after.size and after.min() < 0:
             return None
-        commas = structural[(kinds == _COMMA) & (depths == 1)]
-        found.append(commas + begin)
-        depth += int(steps.sum())
+        found.append(brackets[(after == 1) & (steps < 0)] + 1)
+        if after.size:
+            depth = int(after[-1])
         in_string = in_string != (quotes.size % 2 == 1)
     if in_string or depth != 0:
         return None
     return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
+
+def comma_after(data: memoryview | bytes, end: int) -> int | None:
+    """The offset of the comma that follows an element ending at ``end`` (blanks skipped), or
+    None where the array ends there instead."""
+    position, size = end, len(data)
+    while position < size and data[position] in _WHITESPACE:
+        position += 1
+    return position if position < size and data[position] == _COMMA else None
+
+
+def element_commas(array: memoryview | bytes, chunk_bytes: int = CHUNK_BYTES
+                   ) -> np.ndarray | None:
+    """Offsets of the commas that follow top-level objects and arrays (for tests and small
+    inputs: one Python step per element)."""
+    ends = object_ends(array, chunk_bytes)
+    if ends is None:
+        return None
+    commas = [comma_after(array, int(end)) for end in ends]
+    return np.array([c for c in commas if c is not None], dtype=np.int64)

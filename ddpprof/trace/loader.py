@@ -195,15 +195,18 @@ def _slices(array: memoryview, target: int = SLICE_BYTES) -> list[tuple[int, int
     last = len(array) - 1                     # the closing ']'
     if last - 1 <= target:
         return [(1, last)]
-    commas = jsonscan.element_commas(array)
-    if commas is None:
+    ends = jsonscan.object_ends(array)
+    if ends is None:
         return [(1, last)]
     pieces, start = [], 1                     # just after '['
     while start + target < last:
-        index = int(np.searchsorted(commas, start + target))
-        if index >= commas.size:
+        index = int(np.searchsorted(ends, start + target))
+        comma = None
+        while comma is None and index < ends.size:
+            comma = jsonscan.comma_after(array, int(ends[index]))
+            index += 1
+        if comma is None:
             break
-        comma = int(commas[index])
         pieces.append((start, comma))
         start = comma + 1
     pieces.append((start, last))
