@@ -22,6 +22,14 @@ COLUMNS = ("name_id", "category_id", "start_us", "end_us", "thread_id", "stream"
            "correlation", "has_correlation", "external_id")
 
 
+@pytest.fixture(autouse=True)
+def _no_shared_reload(request, monkeypatch):
+    """Every load decodes (these tests compare decodes), except where the sharing is tested."""
+    monkeypatch.setattr(loader, "_LAST", None)
+    if "shared" not in request.node.name:
+        monkeypatch.setattr(loader, "_identity", lambda path: None)
+
+
 def _event(i: int, name: str = "op") -> dict[str, Any]:
     return {"ph": "X", "cat": "cpu_op" if i % 3 else "kernel", "name": f"{name}{i % 7}",
             "pid": i % 2, "tid": 1 + i % 3, "ts": 1000 + 10 * i, "dur": 5 + i % 4,
@@ -278,3 +286,14 @@ def test_any_events_decode_alike_however_sliced(tmp_path, monkeypatch, events, l
     with monkeypatch.context() as patch:
         patch.setattr(loader, "SLICE_BYTES", slice_bytes)
         _same(_columns(loader.load(path, workers=1)), reference)
+
+
+def test_reload_of_an_unchanged_file_is_shared_and_a_rewrite_is_not(tmp_path):
+    path = _write(tmp_path, _text(_events(30), "compact"))
+    first = loader.load(path)
+    assert loader.load(path) is first
+    path.write_bytes(_text(_events(31), "compact"))
+    second = loader.load(path)
+    assert second is not first and second.start_us.size == first.start_us.size + 1
+    loader.load(_write(tmp_path, _text(_events(5), "pretty"), "other.json"))
+    assert loader._LAST is not None and loader._LAST[1] is not second

@@ -508,11 +508,43 @@ def _decode_in_parallel(pieces: list[tuple[int, int]], workers: int) -> _Columns
     return merged
 
 
+#: The last trace loaded here and the identity of its file: ``analyze`` reads rank 0 again
+#: for its bucket-cap advice, and decoding a large trace twice would cost as much as the
+#: whole analysis. One entry, dropped before any other file is decoded, so a process never
+#: holds more than the one trace it works on.
+_LAST: tuple[tuple[Any, ...], RankTrace] | None = None
+
+
+def _identity(path: Location) -> tuple[Any, ...] | None:
+    """What tells a local file's content apart: a rewrite changes its size, times or inode."""
+    if not isinstance(path, Path):
+        return None
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (str(path.resolve()), found.st_dev, found.st_ino, found.st_size,
+            found.st_mtime_ns, found.st_ctime_ns)
+
+
 def load(path: Location, workers: int = 1) -> RankTrace:
     """Load ``path`` (``.json``, ``.json.gz``, object or bare-array form) as one rank's
     events, decoding large files on up to ``workers`` processes. The rank is
     ``distributedInfo.rank``, else a number in the file name (``rank3``, ``worker_3``), else
-    None (the run decides)."""
+    None (the run decides). The result is shared with the next load of the same unchanged
+    file: callers only read it."""
+    global _LAST
+    identity = _identity(path)
+    if _LAST is not None and identity is not None and _LAST[0] == identity:
+        return _LAST[1]
+    _LAST = None
+    trace = _load(path, workers)
+    if identity is not None and identity == _identity(path):
+        _LAST = (identity, trace)
+    return trace
+
+
+def _load(path: Location, workers: int) -> RankTrace:
     raw = read_bytes(path)
     array, info = decode(raw, path)
     columns = _decode_events(array, path, workers)
