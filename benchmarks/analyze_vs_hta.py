@@ -20,6 +20,8 @@ What it measures
    * ddpprof: ``python -m ddpprof.cli analyze <folder> --json <tmpfile>``
    * HTA: ``TraceAnalysis(trace_dir=<folder>)`` followed by
      ``get_temporal_breakdown(visualize=False)`` and ``get_comm_comp_overlap(visualize=False)``
+   * the floor: a plain ``msgspec.json.decode`` of the file into Python objects (what any
+     decoder that builds one object per event must pay at least)
 
    Wall time is the child's whole life (interpreter start, imports, parsing, analysis); peak
    memory is the largest sampled proportional set size (PSS) summed over the child and every
@@ -38,6 +40,7 @@ From the repository root, in an environment with ddpprof and HTA installed::
     python benchmarks/analyze_vs_hta.py --repeats 3          # min of 3 runs per tool
     python benchmarks/analyze_vs_hta.py --out-dir /tmp/big   # keep the trace (reused if there)
     python benchmarks/analyze_vs_hta.py --copies 5           # a smaller trace, for a quick look
+    python benchmarks/analyze_vs_hta.py --compact            # compact JSON, no line breaks
 
 It needs a few GB of memory (HTA holds the whole trace in pandas) and a few minutes.
 The exit status is 0 when both tools succeeded, 1 otherwise; missing a target is only reported.
@@ -74,6 +77,11 @@ SPEED_TARGET = 20.0  # HTA time / ddpprof time, at least
 MEMORY_TARGET = 0.4  # ddpprof peak / HTA peak, at most
 SHARES = ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct")
 
+MSGSPEC_CHILD = """
+import sys, msgspec
+with open(sys.argv[1], "rb") as f:
+    msgspec.json.decode(f.read())
+"""
 HTA_RESULT_TAG = "HTA_RESULT "
 HTA_CHILD = f"""
 import json, sys, time
@@ -141,8 +149,8 @@ def load_fixture(path: Path) -> Fixture:
         m = STEP_RE.match(str(e.get("name", "")))
         if m:
             steps.append(int(m.group(1)))
-    if not steps:
-        raise SystemExit(f"{path}: no ProfilerStep#N events to tile")
+    if not steps:  # a trace recorded without a schedule: nothing to renumber
+        steps = [0]
     header = {k: v for k, v in doc.items() if k != "traceEvents"}
     return Fixture(header=header, key_order=list(doc), tiled=tiled, once=once, start_us=start,
                    end_us=end, id_stride=10 ** len(str(max_id)),
@@ -189,17 +197,25 @@ def _event_line(e: dict[str, Any]) -> str:
     return "  " + json.dumps(e)
 
 
-def pick_copies(fx: Fixture, min_bytes: int, min_events: int) -> int:
-    per_copy_bytes = sum(len(_event_line(e)) + 2 for e in fx.tiled)
-    fixed_bytes = sum(len(_event_line(e)) + 2 for e in fx.once) + len(json.dumps(fx.header))
+def _compact(e: dict[str, Any]) -> str:
+    return json.dumps(e, separators=(",", ":"))
+
+
+def pick_copies(fx: Fixture, min_bytes: int, min_events: int, compact: bool = False) -> int:
+    line = _compact if compact else _event_line
+    per_copy_bytes = sum(len(line(e)) + 2 for e in fx.tiled)
+    fixed_bytes = sum(len(line(e)) + 2 for e in fx.once) + len(json.dumps(fx.header))
     by_size = math.ceil(max(0, min_bytes - fixed_bytes) / per_copy_bytes)
     by_count = math.ceil(max(0, min_events - len(fx.once)) / len(fx.tiled))
     return max(1, by_size, by_count)
 
 
-def write_trace(fx: Fixture, copies: int, gap_us: float, out: TextIO) -> int:
-    """Write the tiled trace, Kineto style (one event per line); return the event count."""
+def write_trace(fx: Fixture, copies: int, gap_us: float, out: TextIO,
+                compact: bool = False) -> int:
+    """Write the tiled trace, Kineto style (one event per line), or as compact JSON (no line
+    breaks or blanks between events); return the event count."""
     period = float(math.ceil(fx.end_us - fx.start_us + gap_us))  # whole us: keeps ts fractions
+    line, comma = (_compact, ",") if compact else (_event_line, ",\n")
     out.write("{\n")
     n = 0
     for i, key in enumerate(fx.key_order):
@@ -210,11 +226,11 @@ def write_trace(fx: Fixture, copies: int, gap_us: float, out: TextIO) -> int:
         out.write('  "traceEvents": [\n')
         first = True
         for e in once_events(fx, copies, period):
-            out.write(("" if first else ",\n") + _event_line(e))
+            out.write(("" if first else comma) + line(e))
             first, n = False, n + 1
         for k in range(copies):
-            out.write("" if first else ",\n")
-            out.write(",\n".join(_event_line(shift_event(e, k, period, fx)) for e in fx.tiled))
+            out.write("" if first else comma)
+            out.write(comma.join(line(shift_event(e, k, period, fx)) for e in fx.tiled))
             first, n = False, n + len(fx.tiled)
         out.write(f"\n  ]{sep}")
     out.write("}\n")
@@ -314,6 +330,14 @@ def run_ddpprof(python: str, folder: Path, scratch: Path, tool: ToolRuns) -> Non
     tool.shares = {key: float(rank0[key]) for key in SHARES}
 
 
+def run_msgspec(python: str, trace: Path, tool: ToolRuns) -> None:
+    """The floor: one plain ``msgspec.json.decode`` of the file into Python objects."""
+    m = measure([python, "-c", MSGSPEC_CHILD, str(trace)], REPO_ROOT)
+    tool.runs.append(m)
+    if m.returncode != 0:
+        tool.error = f"exit {m.returncode}\n{m.stderr.strip()[-4000:]}"
+
+
 def run_hta(python: str, folder: Path, tool: ToolRuns) -> None:
     m = measure([python, "-c", HTA_CHILD, str(folder)], REPO_ROOT)
     tool.runs.append(m)
@@ -346,6 +370,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="Gap between copies, in microseconds.")
     p.add_argument("--repeats", type=int, default=1, help="Runs per tool (order alternates).")
     p.add_argument("--python", default=sys.executable, help="Interpreter for the children.")
+    p.add_argument("--compact", action="store_true",
+                   help="Write the trace as compact JSON (no line breaks between events).")
     p.add_argument("--skip-hta", action="store_true", help="Time ddpprof only.")
     p.add_argument("--verify", action="store_true",
                    help="Reload the built trace and check steps and correlations are unique.")
@@ -364,9 +390,9 @@ def _fmt_time(tool: ToolRuns) -> str:
     return f"{min(m.wall_s for m in ok):8.2f} s   (runs: {times}; min CPU time {cpu:.2f} s)"
 
 
-def report(ddp: ToolRuns, hta: ToolRuns) -> None:
+def report(ddp: ToolRuns, hta: ToolRuns, floor: ToolRuns) -> None:
     print("\n== results ==")
-    for tool in (ddp, hta):
+    for tool in (ddp, hta, floor):
         if not tool.runs:
             continue
         print(f"{tool.name:8s} time   {_fmt_time(tool)}")
@@ -385,6 +411,11 @@ def report(ddp: ToolRuns, hta: ToolRuns) -> None:
               f"{cpu_speed:.1f}x)")
         print(f"memory ddpprof / HTA   = {memory:6.2f}    target <= {MEMORY_TARGET:g}    "
               f"{'met' if memory <= MEMORY_TARGET else 'MISSED'}")
+    if ddp.ok and floor.ok:
+        wall = min(m.wall_s for m in floor.ok) / min(m.wall_s for m in ddp.ok)
+        cpu = min(m.cpu_s for m in floor.ok) / min(m.cpu_s for m in ddp.ok)
+        print(f"floor  msgspec.json.decode / ddpprof analyze = {wall:.2f}x wall, "
+              f"{cpu:.2f}x CPU time (above 1: ddpprof's whole analysis beats a plain decode)")
     if ddp.shares or hta.shares:
         print("\nrank 0 shares (%)     " + "".join(f"{s:>16s}" for s in SHARES))
         for tool in (ddp, hta):
@@ -393,7 +424,7 @@ def report(ddp: ToolRuns, hta: ToolRuns) -> None:
         if ddp.shares and hta.shares:
             print(f"  {'difference':20s}"
                   + "".join(f"{ddp.shares[s] - hta.shares[s]:16.2f}" for s in SHARES))
-    for tool in (ddp, hta):
+    for tool in (ddp, hta, floor):
         if tool.error:
             print(f"\n{tool.name} FAILED: {tool.error}")
 
@@ -401,17 +432,19 @@ def report(ddp: ToolRuns, hta: ToolRuns) -> None:
 def build(args: argparse.Namespace, folder: Path) -> Path:
     t0 = time.perf_counter()
     fx = load_fixture(args.fixture)
-    copies = args.copies or pick_copies(fx, int(args.min_mb * MIB), args.min_events)
+    copies = args.copies or pick_copies(fx, int(args.min_mb * MIB), args.min_events,
+                                          args.compact)
     trace = folder / TRACE_NAME
     stamp = folder / ".analyze_vs_hta.stamp"  # not .json: HTA reads those
-    key = {"fixture": str(args.fixture.resolve()), "copies": copies, "gap_us": args.gap_us}
+    key = {"fixture": str(args.fixture.resolve()), "copies": copies, "gap_us": args.gap_us,
+           "compact": args.compact}
     if trace.exists() and stamp.exists() and json.loads(stamp.read_text()).get("key") == key:
         n_events = json.loads(stamp.read_text())["events"]
         print(f"reusing {trace}")
     else:
         stamp.unlink(missing_ok=True)
         with open(trace, "w") as f:
-            n_events = write_trace(fx, copies, args.gap_us, f)
+            n_events = write_trace(fx, copies, args.gap_us, f, args.compact)
         stamp.write_text(json.dumps({"key": key, "events": n_events}))
     size = trace.stat().st_size
     span_s = (fx.end_us - fx.start_us) / 1e6
@@ -438,26 +471,30 @@ def main(argv: list[str] | None = None) -> int:
         if others:
             raise SystemExit(f"{folder} holds other traces ({', '.join(others)}); HTA would "
                              "read them too: use an empty --out-dir")
-        build(args, folder)
+        trace = build(args, folder)
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"machine  {os.cpu_count()} CPUs, load average {load} (other load skews wall "
               "times; CPU times are printed too)")
-        ddp, hta = ToolRuns("ddpprof"), ToolRuns("HTA")
+        ddp, hta, floor = ToolRuns("ddpprof"), ToolRuns("HTA"), ToolRuns("msgspec")
+        tools = {"ddpprof": ddp, "HTA": hta, "msgspec": floor}
         for i in range(args.repeats):
-            order = ["ddpprof", "HTA"] if i % 2 == 0 else ["HTA", "ddpprof"]
+            order = ["ddpprof", "HTA", "msgspec"] if i % 2 == 0 else ["msgspec", "HTA",
+                                                                      "ddpprof"]
             for name in order:
                 if name == "HTA" and args.skip_hta:
                     continue
                 print(f"run {i + 1}/{args.repeats}: {name} ...", flush=True)
                 if name == "ddpprof":
                     run_ddpprof(args.python, folder, scratch, ddp)
-                else:
+                elif name == "HTA":
                     run_hta(args.python, folder, hta)
-                m = (ddp if name == "ddpprof" else hta).runs[-1]
+                else:
+                    run_msgspec(args.python, trace, floor)
+                m = tools[name].runs[-1]
                 print(f"  {m.wall_s:.2f} s wall, {m.cpu_s:.2f} s CPU, peak {m.peak_mib:.0f} MiB, "
                       f"exit {m.returncode}", flush=True)
-        report(ddp, hta)
-        failed = not ddp.ok or (not args.skip_hta and not hta.ok)
+        report(ddp, hta, floor)
+        failed = not ddp.ok or not floor.ok or (not args.skip_hta and not hta.ok)
     return 1 if failed else 0
 
 

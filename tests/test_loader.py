@@ -1,0 +1,299 @@
+"""The loader's reading and slicing: the string-aware boundary scan, parallel slices and their
+fallback, gzip through isal or zlib, mmap versus bytes. Small synthetic traces only."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ddpprof.errors import TraceError
+from ddpprof.trace import jsonscan, loader
+
+COLUMNS = ("name_id", "category_id", "start_us", "end_us", "thread_id", "stream",
+           "correlation", "has_correlation", "external_id")
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_reload(request, monkeypatch):
+    """Every load decodes (these tests compare decodes), except where the sharing is tested."""
+    monkeypatch.setattr(loader, "_LAST", None)
+    if "shared" not in request.node.name:
+        monkeypatch.setattr(loader, "_identity", lambda path: None)
+
+
+def _event(i: int, name: str = "op") -> dict[str, Any]:
+    return {"ph": "X", "cat": "cpu_op" if i % 3 else "kernel", "name": f"{name}{i % 7}",
+            "pid": i % 2, "tid": 1 + i % 3, "ts": 1000 + 10 * i, "dur": 5 + i % 4,
+            "args": {"External id": i, "correlation": i + 5, "stream": 7,
+                     "note": 'has {"braces"}, [brackets], commas \\ and "quotes"',
+                     "nested": [{"a": [1, {"b": "]}"}]}, {"c": ",{"}]}}
+
+
+def _events(count: int = 300) -> list[dict[str, Any]]:
+    events = [_event(i) for i in range(count)]
+    events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": 1,
+                   "args": {"name": "main \u00e9\u4e2d \"thread\""}})
+    return events
+
+
+def _text(events: list[Any], layout: str, bare: bool = False) -> bytes:
+    if layout == "compact":
+        array = json.dumps(events, separators=(",", ":"), ensure_ascii=False)
+    elif layout == "pretty":
+        array = json.dumps(events, indent=1)
+    else:  # whitespace everywhere JSON allows it
+        array = "[ \n\t" + " ,\r\n  ".join(json.dumps(e, indent=3) for e in events) + " \n]"
+    if bare:
+        return array.encode()
+    return ('{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "x"}], '
+            '"traceEvents": ' + array + ', "distributedInfo": {"rank": 0}}').encode()
+
+
+def _write(tmp_path: Path, data: bytes, name: str = "rank0.json") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def _columns(trace) -> dict[str, Any]:
+    found = {key: getattr(trace, key) for key in COLUMNS}
+    found.update(names=trace.names, category=trace.category, threads=trace.threads,
+                 thread_names=trace.thread_names, comm=trace.comm_args)
+    return found
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], np.ndarray):
+            assert a[key].dtype == b[key].dtype, key
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        else:
+            assert a[key] == b[key], key
+
+
+def _reference(path: Path, monkeypatch) -> dict[str, Any]:
+    """One worker, one slice: no scan, no parallelism."""
+    with monkeypatch.context() as patch:
+        patch.setattr(loader, "SLICE_BYTES", 1 << 40)
+        return _columns(loader.load(path, workers=1))
+
+
+# ---- the boundary scan ---------------------------------------------------------------------
+
+def _elements_by_commas(data: bytes) -> list[Any]:
+    commas = jsonscan.element_commas(data)
+    assert commas is not None
+    body = data.strip()
+    cuts = [0, *(int(c) for c in commas), len(body) - 1]
+    return [json.loads(body[a + 1:b]) for a, b in pairwise(cuts)]
+
+
+@pytest.mark.parametrize("layout", ["compact", "pretty", "spaced"])
+def test_scan_finds_every_top_level_element(layout):
+    events = _events(50)
+    assert _elements_by_commas(_text(events, layout, bare=True)) == events
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, 1 << 20])
+def test_scan_is_independent_of_chunk_size(chunk):
+    data = json.dumps([{"s": "\\\\\""}, *_events(20)], separators=(",", ":")).encode()
+    reference = jsonscan.element_commas(data)
+    np.testing.assert_array_equal(jsonscan.element_commas(data, chunk_bytes=chunk), reference)
+
+
+def test_scan_handles_escapes_and_backslash_runs():
+    values = [{"s": "a\\"}, {"s": "\\\\\""}, {"s": '\\",{'}, {"s": "x"}, ["]", ",", "\\"],
+              {"\\": "}"}, [{"[": "\\\\"}]]
+    data = json.dumps(values, separators=(",", ":")).encode()
+    assert _elements_by_commas(data) == values
+
+
+def test_scan_refuses_unbalanced_input():
+    assert jsonscan.element_commas(b'[{"a": 1}, {"b": "') is None
+    assert jsonscan.element_commas(b'[{"a": 1}]]') is None
+    assert jsonscan.element_commas(b'[{"a": [1, 2}') is None
+
+
+def test_scan_of_empty_array():
+    assert jsonscan.element_commas(b"[]").size == 0
+
+
+# ---- slices, workers and the fallback ------------------------------------------------------
+
+@pytest.mark.parametrize("layout", ["compact", "pretty", "spaced"])
+@pytest.mark.parametrize("bare", [False, True])
+def test_columns_equal_across_slice_sizes_and_workers(tmp_path, monkeypatch, layout, bare):
+    path = _write(tmp_path, _text(_events(), layout, bare))
+    reference = _reference(path, monkeypatch)
+    for slice_bytes in (300, 4096, 20_000):
+        monkeypatch.setattr(loader, "SLICE_BYTES", slice_bytes)
+        assert len(loader._slices(loader.decode(loader.read_bytes(path), path)[0],
+                                  slice_bytes)) > 1
+        for workers in (1, 2, 3):
+            _same(_columns(loader.load(path, workers=workers)), reference)
+
+
+def test_trace_events_not_first_in_the_object(tmp_path, monkeypatch):
+    events = _events(40)
+    data = ('{"distributedInfo": {"rank": 3}, "traceEvents": '
+            + json.dumps(events, separators=(",", ":")) + ', "x": [1, 2]}').encode()
+    path = _write(tmp_path, data, "trace.json")
+    reference = _reference(path, monkeypatch)
+    monkeypatch.setattr(loader, "SLICE_BYTES", 500)
+    trace = loader.load(path, workers=2)
+    assert trace.rank == 3
+    _same(_columns(trace), reference)
+
+
+def test_fallback_decodes_whole_when_a_slice_fails(tmp_path, monkeypatch):
+    path = _write(tmp_path, _text(_events(), "compact"))
+    reference = _reference(path, monkeypatch)
+    real = loader._slices
+    calls: list[int] = []
+
+    def wrong_cuts(array, target=loader.SLICE_BYTES):
+        pieces = real(array, 2000)
+        calls.append(len(pieces))
+        # move every cut 3 bytes into the next event: each slice is then invalid JSON
+        return [(a + (3 if i else 0), b + 3 if i < len(pieces) - 1 else b)
+                for i, (a, b) in enumerate(pieces)]
+
+    monkeypatch.setattr(loader, "_slices", wrong_cuts)
+    fell_back: list[bool] = []
+    whole = loader._decode_pieces
+
+    def spy(pieces):
+        fell_back.append(pieces == [(1, len(loader._SHARED) - 1)])
+        return whole(pieces)
+
+    monkeypatch.setattr(loader, "_decode_pieces", spy)
+    for workers in (1, 2):
+        fell_back.clear()
+        _same(_columns(loader.load(path, workers=workers)), reference)
+        assert fell_back[-1] and calls[-1] > 1
+
+
+def test_unscannable_array_is_one_slice(monkeypatch):
+    monkeypatch.setattr(jsonscan, "object_ends", lambda array: None)
+    data = memoryview(json.dumps(_events(30)).encode())
+    assert loader._slices(data, 100) == [(1, len(data) - 1)]
+
+
+def test_lenient_slice_among_strict_ones(tmp_path, monkeypatch):
+    events = _events(100)
+    events[57]["args"]["stream"] = [1, 2]    # an odd type in args: that slice is lenient
+    events[58]["ts"] = "soon"
+    path = _write(tmp_path, _text(events, "compact"))
+    reference = _reference(path, monkeypatch)
+    monkeypatch.setattr(loader, "SLICE_BYTES", 800)
+    _same(_columns(loader.load(path, workers=2)), reference)
+
+
+# ---- reading: mmap, gzip through isal or zlib ----------------------------------------------
+
+def test_mmap_and_bytes_read_the_same(tmp_path, monkeypatch):
+    path = _write(tmp_path, _text(_events(), "compact"))
+    mapped = loader.read_bytes(path)
+    assert not isinstance(mapped, bytes)
+    reference = _columns(loader.load(path))
+    monkeypatch.setattr(loader, "_map", lambda location: location.read_bytes())
+    _same(_columns(loader.load(path)), reference)
+
+
+@pytest.mark.parametrize("use_isal", [True, False])
+def test_gzip_with_and_without_isal(tmp_path, monkeypatch, use_isal):
+    data = _text(_events(), "compact")
+    plain = _write(tmp_path, data)
+    packed = _write(tmp_path, gzip.compress(data), "rank0.json.gz")
+    if use_isal:
+        pytest.importorskip("isal")
+    else:
+        monkeypatch.setitem(sys.modules, "isal", None)   # import fails: the zlib fallback
+    library, _ = loader._inflater()
+    assert (library.__name__ != "zlib") == use_isal
+    assert loader.read_bytes(packed) == data
+    _same(_columns(loader.load(packed)), _columns(loader.load(plain)))
+
+
+@pytest.mark.parametrize("use_isal", [True, False])
+def test_multi_member_gzip(tmp_path, monkeypatch, use_isal):
+    if not use_isal:
+        monkeypatch.setitem(sys.modules, "isal", None)
+    data = _text(_events(50), "pretty")
+    packed = gzip.compress(data[:1000]) + b"\x00\x00" + gzip.compress(data[1000:])
+    assert loader.read_bytes(_write(tmp_path, packed, "t.json.gz")) == data
+
+
+@pytest.mark.parametrize("use_isal", [True, False])
+def test_gzip_bomb_and_truncated_gzip(tmp_path, monkeypatch, use_isal):
+    if not use_isal:
+        monkeypatch.setitem(sys.modules, "isal", None)
+    data = _text(_events(), "compact")
+    packed = gzip.compress(data)
+    monkeypatch.setenv("DDPPROF_MAX_TRACE_BYTES", str(len(data) // 2))
+    with pytest.raises(TraceError, match="inflates to more than"):
+        loader.load(_write(tmp_path, packed, "bomb.json.gz"))
+    monkeypatch.delenv("DDPPROF_MAX_TRACE_BYTES")
+    with pytest.raises(TraceError, match="truncated or corrupt gzip"):
+        loader.load(_write(tmp_path, packed[:len(packed) // 2], "cut.json.gz"))
+
+
+def test_bad_files_are_one_line_errors(tmp_path):
+    for data, message in ((b"   \n", "not a trace"), (b'{"traceEvents": [{"a": 1},',
+                                                       "truncated JSON"),
+                          (b"[1, 2, 3]", "no event objects")):
+        with pytest.raises(TraceError, match=message):
+            loader.load(_write(tmp_path, data, "bad.json"))
+    with pytest.raises(TraceError, match="empty file"):
+        loader.load(_write(tmp_path, b"", "empty.json"))
+
+
+# ---- property: any event list, any layout, any slicing ------------------------------------
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=6))
+_json = st.recursive(_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+    max_leaves=8)
+_generated_event = st.fixed_dictionaries(
+    {"ph": st.sampled_from(["X", "M", "i"]), "name": st.text(max_size=8),
+     "ts": st.integers(0, 10**6), "dur": st.integers(0, 10**3),
+     "pid": st.one_of(st.integers(0, 3), st.text(max_size=3)), "tid": st.integers(0, 3)},
+    optional={"cat": st.sampled_from(["cpu_op", "kernel", "Trace"]),
+              "args": st.dictionaries(st.sampled_from(["stream", "correlation", "External id",
+                                                       "x", "name"]), _json, max_size=3)})
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(_generated_event, min_size=1, max_size=30),
+       layout=st.sampled_from(["compact", "pretty", "spaced"]),
+       slice_bytes=st.integers(20, 400))
+def test_any_events_decode_alike_however_sliced(tmp_path, monkeypatch, events, layout,
+                                                 slice_bytes):
+    path = _write(tmp_path, _text(events, layout))
+    reference = _reference(path, monkeypatch)
+    with monkeypatch.context() as patch:
+        patch.setattr(loader, "SLICE_BYTES", slice_bytes)
+        _same(_columns(loader.load(path, workers=1)), reference)
+
+
+def test_reload_of_an_unchanged_file_is_shared_and_a_rewrite_is_not(tmp_path):
+    path = _write(tmp_path, _text(_events(30), "compact"))
+    first = loader.load(path)
+    assert loader.load(path) is first
+    path.write_bytes(_text(_events(31), "compact"))
+    second = loader.load(path)
+    assert second is not first and second.start_us.size == first.start_us.size + 1
+    loader.load(_write(tmp_path, _text(_events(5), "pretty"), "other.json"))
+    assert loader._LAST is not None and loader._LAST[1] is not second
