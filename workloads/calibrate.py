@@ -31,7 +31,7 @@ import torch.distributed as dist
 from ddpprof.atomic import write_text
 from ddpprof.calibrate import SWEEP_CONFIG, SWEEP_RESULT, Sweep, SweepResult
 
-from .train import _device_for, _device_name, _write_error
+from .train import _device_for, _device_name, errors_recorded
 
 
 def time_all_reduce(buffer: torch.Tensor, calls: int, device: torch.device) -> list[float]:
@@ -90,12 +90,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"usage: python -m workloads.calibrate OUT/{SWEEP_CONFIG}")
     config_path = Path(args[0])
     sweep = msgspec.json.decode(config_path.read_bytes(), type=Sweep)
-    try:
+    with errors_recorded(config_path.parent):
         run(sweep, config_path.parent)
-    except BaseException as error:
-        if not isinstance(error, KeyboardInterrupt):
-            _write_error(config_path.parent, error)
-        raise
 
 
 if __name__ == "__main__":

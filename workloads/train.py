@@ -23,7 +23,8 @@ import platform
 import sys
 import time
 import traceback
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from datetime import timedelta
 from pathlib import Path
 
@@ -243,6 +244,18 @@ def run(config: RunConfig, run_dir: Path) -> None:
         dist.destroy_process_group()
 
 
+@contextmanager
+def errors_recorded(run_dir: Path) -> Iterator[None]:
+    """Writes any error but an interrupt to the run's errors folder, where ``record`` finds
+    the failing rank, then raises it again."""
+    try:
+        yield
+    except BaseException as error:
+        if not isinstance(error, KeyboardInterrupt):
+            _write_error(run_dir, error)
+        raise
+
+
 def _write_error(run_dir: Path, error: BaseException) -> None:
     rank = int(os.environ.get("RANK", 0))
     write_text(run_dir / ERRORS_DIR / f"rank{rank}.json", msgspec.json.encode({
@@ -259,15 +272,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"usage: python -m workloads.train RUN_FOLDER/{CONFIG_FILE}")
     config_path = Path(args[0])
     config = RunConfig.read(config_path)
-    try:
+    with errors_recorded(config_path.parent):
         run(config, config_path.parent)
         # Variants' hooks hold reference cycles; freed at interpreter shutdown, a gloo rank now
         # and then aborts ("terminate called without an active exception").
         gc.collect()
-    except BaseException as error:
-        if not isinstance(error, KeyboardInterrupt):
-            _write_error(config_path.parent, error)
-        raise
 
 
 if __name__ == "__main__":
