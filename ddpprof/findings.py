@@ -304,8 +304,10 @@ RULES: tuple[Callable[[RunResult, CapAdvice | None], Finding | None], ...] = (
     dataloader, grad_accum_opportunity)
 
 
-#: A finding that names the cause makes a vaguer one about the same run redundant.
-SUPERSEDES = {"bucket_cap_too_large": ("no_overlap",), "exposed_tail": ()}
+#: A finding that names the cause makes a vaguer one about the same run redundant: with
+#: blocking collectives every reduction runs after backward, so the last one's tail is a
+#: symptom of the blocking, not of the last bucket's size.
+SUPERSEDES = {"bucket_cap_too_large": ("no_overlap",), "no_overlap": ("exposed_tail",)}
 
 
 def findings(runs: list[RunResult], advice: dict[str, CapAdvice] | None = None

@@ -198,3 +198,18 @@ def test_findings_are_ranked_by_gain(tmp_path):
     [run] = analyze_paths([cpu_run(tmp_path / "bad", bad, ranks=2)]).runs
     gains = [f.estimated_gain_pct or 0 for f in findings([run])]
     assert len(gains) >= 2 and gains == sorted(gains, reverse=True)
+
+
+def test_no_overlap_supersedes_exposed_tail(tmp_path):
+    """Blocking communication: every reduction runs after backward, so the last one sticks
+    out, but the cause is the blocking, not the last bucket's size: only no_overlap is said."""
+    def blocking(base: float, rank: int) -> list[dict]:
+        # backward's four gradients ready by 500, then their four reductions one after another,
+        # 120 µs each: the last runs [865, 985), 12% of the 1000 µs step past backward
+        events = [e for e in backward(base, late_launch=False) if e["name"] == "aten::mm"
+                  or "AccumulateGrad" in e["name"]]
+        return events + [reduce(base + 505 + 120 * i, base + 625 + 120 * i, 1000)
+                         for i in range(4)]
+
+    found = codes(cpu_run(tmp_path / "blocking", blocking))
+    assert "no_overlap" in found and "exposed_tail" not in found
