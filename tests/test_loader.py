@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sys
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -82,10 +84,36 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 
 def _reference(path: Path, monkeypatch) -> dict[str, Any]:
-    """One worker, one slice: no scan, no parallelism."""
+    """The exact way, one worker, one slice: no guess, no scan, no parallelism."""
     with monkeypatch.context() as patch:
         patch.setattr(loader, "SLICE_BYTES", 1 << 40)
+        patch.setattr(loader, "_events_start", _no_guess)
         return _columns(loader.load(path, workers=1))
+
+
+def _no_guess(raw):
+    raise loader._WrongGuess
+
+
+def _exact_way_calls(monkeypatch) -> list[int]:
+    """Counts the loads that fell back from the guessed cuts to the exact way."""
+    calls: list[int] = []
+    exact = loader._decode_events
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return exact(*args, **kwargs)
+
+    monkeypatch.setattr(loader, "_decode_events", counted)
+    return calls
+
+
+def _plain_event(i: int) -> dict[str, Any]:
+    """An event like Kineto's: no object inside its arguments, so no ``},{`` but between
+    events."""
+    event = _event(i)
+    del event["args"]["nested"]
+    return event
 
 
 # ---- the boundary scan ---------------------------------------------------------------------
@@ -155,13 +183,110 @@ def test_trace_events_not_first_in_the_object(tmp_path, monkeypatch):
     _same(_columns(trace), reference)
 
 
+@pytest.mark.parametrize("layout", ["compact", "pretty", "spaced"])
+@pytest.mark.parametrize("bare", [False, True])
+def test_guessed_cuts_decode_alike_without_a_scan(tmp_path, monkeypatch, layout, bare):
+    events = [_plain_event(i) for i in range(300)]
+    path = _write(tmp_path, _text(events, layout, bare))
+    reference = _reference(path, monkeypatch)
+    exact = _exact_way_calls(monkeypatch)
+    monkeypatch.setattr(jsonscan, "object_ends", None)       # the full scan must not run
+    for slice_bytes, per_task in ((300, 1), (300, 8), (4096, 2), (1 << 20, 8)):
+        monkeypatch.setattr(loader, "SLICE_BYTES", slice_bytes)
+        monkeypatch.setattr(loader, "SLICES_PER_TASK", per_task)
+        for workers in (1, 2, 3):
+            _same(_columns(loader.load(path, workers=workers)), reference)
+    assert not exact
+
+
+def test_a_wrong_guess_falls_back_to_the_exact_way(tmp_path, monkeypatch):
+    # ``_event``'s arguments hold lists of objects: ``},{`` inside events, so guessed cuts
+    # land inside them, their slices fail to decode, and the exact way takes over.
+    path = _write(tmp_path, _text(_events(), "compact"))
+    reference = _reference(path, monkeypatch)
+    exact = _exact_way_calls(monkeypatch)
+    monkeypatch.setattr(loader, "SLICE_BYTES", 500)
+    for workers in (1, 2):
+        _same(_columns(loader.load(path, workers=workers)), reference)
+    assert len(exact) == 2
+
+
+@pytest.mark.parametrize("document", [
+    # more arrays after the events, with brackets in their strings (Kineto's trace logs)
+    '{{"traceEvents": {events}, "logs": ["a ] b", "[x]"], "traceName": "t[1].json"}}',
+    # the key's text inside a string before the real key, and the key in a nested object
+    '{{"note": "\\"traceEvents\\": [1]", "meta": {{"traceEvents": [2]}}, '
+    '"distributedInfo": {{"rank": 3}}, "traceEvents": {events}}}',
+    '{{"distributedInfo": {{"rank": 3}}, "traceEvents": {events}}}   \n',
+    ' \n {events} \n',
+])
+def test_events_found_wherever_they_are_in_the_document(tmp_path, monkeypatch, document):
+    events = json.dumps([_plain_event(i) for i in range(200)], separators=(",", ":"))
+    path = _write(tmp_path, document.format(events=events).encode(), "trace.json")
+    reference = _reference(path, monkeypatch)
+    monkeypatch.setattr(loader, "SLICE_BYTES", 700)
+    for workers in (1, 2):
+        trace = loader.load(path, workers=workers)
+        _same(_columns(trace), reference)
+        assert trace.rank == (3 if "rank" in document else None)
+
+
+def test_a_top_level_key_twice_or_trailing_garbage_is_decided_the_exact_way(tmp_path,
+                                                                             monkeypatch):
+    events = json.dumps([_plain_event(i) for i in range(50)])
+    exact = _exact_way_calls(monkeypatch)
+    twice = _write(tmp_path, f'{{"traceEvents": [], "traceEvents": {events}}}'.encode())
+    _same(_columns(loader.load(twice)), _reference(twice, monkeypatch))
+    with pytest.raises(TraceError, match="invalid JSON"):
+        loader.load(_write(tmp_path, f'{{"traceEvents": {events}}} x'.encode(), "g.json"))
+    assert len(exact) == 2
+
+
+def test_a_decoder_that_dies_is_a_one_line_error(tmp_path, monkeypatch):
+    path = _write(tmp_path, _text([_plain_event(i) for i in range(300)], "compact"))
+    parent, decode = os.getpid(), loader._decode_pieces
+
+    def dies_in_the_child(array, pieces):
+        if os.getpid() != parent:
+            os._exit(3)
+        return decode(array, pieces)
+
+    monkeypatch.setattr(loader, "_decode_pieces", dies_in_the_child)
+    monkeypatch.setattr(loader, "SLICE_BYTES", 300)
+    monkeypatch.setattr(loader, "SLICES_PER_TASK", 1)
+    with pytest.raises(TraceError, match=r"decoding process ended .*exit status 3"):
+        loader.load(path, workers=2)
+
+
+@pytest.mark.parametrize("error", [msgspec.DecodeError, loader._NotEvents])
+def test_an_error_in_a_child_decoder_reaches_the_parent(tmp_path, monkeypatch, error):
+    path = _write(tmp_path, _text([_plain_event(i) for i in range(300)], "compact"))
+    reference = _reference(path, monkeypatch)
+    parent, decode = os.getpid(), loader._decode_pieces
+
+    def fails_in_the_child(array, pieces):
+        if os.getpid() != parent:
+            raise error("in the child")
+        return decode(array, pieces)
+
+    monkeypatch.setattr(loader, "_decode_pieces", fails_in_the_child)
+    monkeypatch.setattr(loader, "SLICE_BYTES", 300)
+    monkeypatch.setattr(loader, "SLICES_PER_TASK", 1)
+    if error is msgspec.DecodeError:   # a cut in the wrong place: decoded whole, here
+        _same(_columns(loader.load(path, workers=2)), reference)
+    else:
+        with pytest.raises(TraceError, match="no event objects"):
+            loader.load(path, workers=2)
+
+
 def test_fallback_decodes_whole_when_a_slice_fails(tmp_path, monkeypatch):
     path = _write(tmp_path, _text(_events(), "compact"))
     reference = _reference(path, monkeypatch)
+    monkeypatch.setattr(loader, "_events_start", _no_guess)
     real = loader._slices
     calls: list[int] = []
 
-    def wrong_cuts(array, target=loader.SLICE_BYTES):
+    def wrong_cuts(array, target=None):
         pieces = real(array, 2000)
         calls.append(len(pieces))
         # move every cut 3 bytes into the next event: each slice is then invalid JSON
@@ -172,9 +297,9 @@ def test_fallback_decodes_whole_when_a_slice_fails(tmp_path, monkeypatch):
     fell_back: list[bool] = []
     whole = loader._decode_pieces
 
-    def spy(pieces):
-        fell_back.append(pieces == [(1, len(loader._SHARED) - 1)])
-        return whole(pieces)
+    def spy(array, pieces):
+        fell_back.append(pieces == [(1, len(array) - 1)])
+        return whole(array, pieces)
 
     monkeypatch.setattr(loader, "_decode_pieces", spy)
     for workers in (1, 2):
@@ -285,7 +410,9 @@ def test_any_events_decode_alike_however_sliced(tmp_path, monkeypatch, events, l
     reference = _reference(path, monkeypatch)
     with monkeypatch.context() as patch:
         patch.setattr(loader, "SLICE_BYTES", slice_bytes)
-        _same(_columns(loader.load(path, workers=1)), reference)
+        patch.setattr(loader, "SLICES_PER_TASK", 2)
+        for workers in (1, 2):
+            _same(_columns(loader.load(path, workers=workers)), reference)
 
 
 def test_reload_of_an_unchanged_file_is_shared_and_a_rewrite_is_not(tmp_path):

@@ -37,6 +37,25 @@ def length(intervals: Intervals) -> float:
     return float(np.sum(ends - starts))
 
 
+def covered(intervals: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each window ``[starts[i], ends[i])``, the length of ``intervals`` inside it (0 for
+    an empty window): the same as ``length(intersect(intervals, window))``, for every window
+    in one pass, from the covered length up to each window's edges."""
+    starts = np.asarray(starts, dtype=np.float64)
+    ends = np.asarray(ends, dtype=np.float64)
+    lows, highs = intervals
+    if lows.size == 0:
+        return np.zeros(starts.size)
+    before = np.concatenate([[0.0], np.cumsum(highs - lows)])   # of the first k intervals
+
+    def up_to(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(lows, t, side="right")               # intervals starting by t
+        last = np.maximum(k - 1, 0)
+        return np.where(k > 0, before[last] + np.minimum(t, highs[last]) - lows[last], 0.0)
+
+    return np.where(ends > starts, np.maximum(up_to(ends) - up_to(starts), 0.0), 0.0)
+
+
 def _pieces(a: Intervals, b: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Cut the line at every boundary of ``a`` and ``b``: the pieces, and whether each lies in
     ``a`` and in ``b``. (Pieces between tied boundaries have zero length and vanish later.)"""

@@ -132,10 +132,6 @@ class _Lanes:
         self.comm = iv.union(s[self.comm_index], e[self.comm_index])
 
 
-def _measure(intervals: iv.Intervals, lo: float, hi: float) -> float:
-    return iv.length(iv.intersect(intervals, (np.array([lo]), np.array([hi]))))
-
-
 class _Clock:
     """Compute µs of the training thread from the step's start: wall time outside blocking
     waits, at 1/σ where a collective was in flight."""
@@ -173,35 +169,34 @@ def _inside(intervals: iv.Intervals, t: np.ndarray) -> np.ndarray:
 
 def _collectives(trace: RankTrace, lanes: _Lanes, main: int) -> list[Collective]:
     issued = _issued(trace, lanes.comm_index, main)
+    starts, ends = trace.start_us[lanes.comm_index], trace.end_us[lanes.comm_index]
+    lengths = ends - starts
+    positive = np.where(lengths > 0, lengths, 1.0)
+    besides = np.where(lengths > 0, iv.covered(lanes.work, starts, ends) / positive, 0.0)
+    blocks = np.where(lengths > 0, iv.covered(lanes.blocked, starts, ends) / positive, 0.0)
     found = []
-    for i in lanes.comm_index:
-        i = int(i)
+    for k, i in enumerate(lanes.comm_index.tolist()):
         args = trace.comm_args.get(i)
-        kind, launch = issued.get(i, (None, float(trace.start_us[i])))
+        kind, launch = issued.get(i, (None, float(starts[k])))
         kind = kind or classify.collective_of(trace.names[trace.name_id[i]],
                                               args.collective if args else None)
         size = message_bytes(kind, args.in_bytes, args.out_bytes,
                              args.group_size or trace.world_size) if args else None
-        start, end = float(trace.start_us[i]), float(trace.end_us[i])
-        length = end - start
-        beside = _measure(lanes.work, start, end) / length if length > 0 else 0.0
-        blocked = _measure(lanes.blocked, start, end) / length if length > 0 else 0.0
-        found.append(Collective(kind, size, start, end, launch, beside, blocked))
+        found.append(Collective(kind, size, float(starts[k]), float(ends[k]), launch,
+                                float(besides[k]), float(blocks[k])))
     return sorted(found, key=lambda c: c.start_us)
 
 
 def _slowdown(trace: RankTrace, lanes: _Lanes, main: int) -> tuple[float | None, int]:
     """σ from the trace's matrix products (keyed by FLOPs) on the training thread, seen with
     and without a collective in flight (``cost.compute_slowdown``)."""
-    keys, durations, shares = [], [], []
-    for i, flops in trace.matmul_flops.items():
-        duration = trace.end_us[i] - trace.start_us[i]
-        if trace.thread_id[i] != main or duration < MIN_OP_US:
-            continue
-        keys.append(flops)
-        durations.append(duration)
-        shares.append(_measure(lanes.comm, trace.start_us[i], trace.end_us[i]) / duration)
-    return compute_slowdown(keys, np.array(durations), np.array(shares))
+    index = np.fromiter(trace.matmul_flops, np.int64, len(trace.matmul_flops))
+    flops = np.fromiter(trace.matmul_flops.values(), np.float64, index.size)
+    starts, ends = trace.start_us[index], trace.end_us[index]
+    durations = ends - starts
+    mine = (trace.thread_id[index] == main) & (durations >= MIN_OP_US)
+    shares = iv.covered(lanes.comm, starts[mine], ends[mine]) / durations[mine]
+    return compute_slowdown(flops[mine].tolist(), durations[mine], shares)
 
 
 def _program(trace: RankTrace, step: int, lanes: _Lanes, clock: _Clock,

@@ -14,9 +14,11 @@ None and the caller decodes the array whole.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-__all__ = ["CHUNK_BYTES", "element_commas", "object_ends"]
+__all__ = ["CHUNK_BYTES", "closing_bracket", "element_commas", "object_ends"]
 
 #: Bytes scanned at a time: the temporaries are a few times this, whatever the file's size.
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -43,21 +45,19 @@ def _escaped(data: np.ndarray, quotes: np.ndarray, backslashes: np.ndarray) -> n
     return escaped
 
 
-def object_ends(array: memoryview | bytes | np.ndarray,
-                chunk_bytes: int = CHUNK_BYTES) -> np.ndarray | None:
-    """Offsets just past the closing bracket of each object or array that is an element of the
-    JSON array held in ``array`` (its first byte ``[``), in order; None if the bytes do not
-    scan as one balanced array (the caller then does not slice)."""
-    data = array if isinstance(array, np.ndarray) else np.frombuffer(array, dtype=np.uint8)
-    found: list[np.ndarray] = []
+def _depths(data: np.ndarray, begin: int, depth: int, chunk_bytes: int
+            ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """For each chunk from ``begin`` (outside any string, at nesting ``depth``): the offsets of
+    the brackets outside strings, their steps (+1 opens, -1 closes) and the depth after each.
+    Last, one empty triple if the bytes end inside a string. Stops early where the depth
+    would go below 0."""
     in_string = False           # carried across chunks: inside a string at the chunk's start
-    depth = 0                   # nesting depth at the chunk's start
-    for begin in range(0, data.size, chunk_bytes):
-        chunk = data[begin:begin + chunk_bytes]
-        quotes = np.flatnonzero(chunk == _QUOTE) + begin
+    for low in range(begin, data.size, chunk_bytes):
+        chunk = data[low:low + chunk_bytes]
+        quotes = np.flatnonzero(chunk == _QUOTE) + low
         # from one byte back: a quote at the chunk's start may be escaped by the byte before
-        low = max(begin - 1, 0)
-        backslashes = np.flatnonzero(data[low:begin + chunk_bytes] == _BACKSLASH) + low
+        back = max(low - 1, 0)
+        backslashes = np.flatnonzero(data[back:low + chunk_bytes] == _BACKSLASH) + back
         if backslashes.size and quotes.size:
             quotes = quotes[~_escaped(data, quotes, backslashes)]
         # ``{ } [ ]`` and, from the same cheap bit test, ``Y _ y DEL``, weeded out next
@@ -65,7 +65,7 @@ def object_ends(array: memoryview | bytes | np.ndarray,
         kinds = chunk[brackets]
         keep = (kinds == ord("{")) | (kinds == ord("}")) | (kinds == ord("[")) | (
             kinds == ord("]"))
-        brackets, kinds = brackets[keep] + begin, kinds[keep]
+        brackets, kinds = brackets[keep] + low, kinds[keep]
         # A bracket is inside a string when an odd number of real quotes precede it in this
         # chunk, counting from the carried state.
         outside = np.searchsorted(quotes, brackets) % 2 == (1 if in_string else 0)
@@ -73,15 +73,48 @@ def object_ends(array: memoryview | bytes | np.ndarray,
         # ``{`` and ``[`` have bit 1 set, ``}`` and ``]`` do not: +1 or -1
         steps = ((kinds >> 1) & 1).astype(np.int64) * 2 - 1
         after = depth + np.cumsum(steps)
-        if after.size and after.min() < 0:
+        yield brackets, steps, after
+        if after.size:
+            if after.min() < 0:
+                return
+            depth = int(after[-1])
+        in_string = in_string != (quotes.size % 2 == 1)
+    if in_string:
+        yield _NONE, _NONE, _NONE
+
+
+_NONE = np.empty(0, dtype=np.int64)
+
+
+def object_ends(array: memoryview | bytes | np.ndarray,
+                chunk_bytes: int = CHUNK_BYTES) -> np.ndarray | None:
+    """Offsets just past the closing bracket of each object or array that is an element of the
+    JSON array held in ``array`` (its first byte ``[``), in order; None if the bytes do not
+    scan as one balanced array (the caller then does not slice)."""
+    data = array if isinstance(array, np.ndarray) else np.frombuffer(array, dtype=np.uint8)
+    found: list[np.ndarray] = []
+    depth = 0
+    for brackets, steps, after in _depths(data, 0, 0, chunk_bytes):
+        if brackets is _NONE or (after.size and after.min() < 0):
             return None
         found.append(brackets[(after == 1) & (steps < 0)] + 1)
         if after.size:
             depth = int(after[-1])
-        in_string = in_string != (quotes.size % 2 == 1)
-    if in_string or depth != 0:
+    if depth != 0:
         return None
     return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
+
+def closing_bracket(array: memoryview | bytes, begin: int,
+                    chunk_bytes: int = 1024 * 1024) -> int | None:
+    """The offset of the bracket that closes the array or object ``begin`` lies in (at its top
+    level, outside any string), or None where the bytes end first. Scans only as far as it."""
+    data = np.frombuffer(array, dtype=np.uint8)
+    for brackets, _, after in _depths(data, begin, 1, chunk_bytes):
+        closes = np.flatnonzero(after == 0)
+        if closes.size:
+            return int(brackets[closes[0]])
+    return None
 
 
 def comma_after(data: memoryview | bytes, end: int) -> int | None:

@@ -10,13 +10,17 @@ numpy. Times are kept exactly as written: rounding, where asked for, is the anal
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import mmap
 import multiprocessing
 import os
+import pickle
 import re
 import zlib
-from concurrent.futures import ProcessPoolExecutor
+from collections import defaultdict
+from collections.abc import Iterator
 from itertools import compress
 from pathlib import Path
 from typing import Any
@@ -37,12 +41,17 @@ DEFAULT_MAX_TRACE_BYTES = 16 * 1024**3
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
+#: The value of an id or stream argument that the event does not have: one object, so that
+#: absence is an identity test, and negative, so that it reads as "no id" in an int64 column.
+_ABSENT = -(2**63)
+
+
 class _Args(msgspec.Struct, frozen=True, gc=False):
-    stream: int | float | str | None = None
-    correlation: int | float | str | None = None
-    external_id: int | float | str | None = msgspec.field(name="External id", default=None)
+    stream: int | float | str | None = _ABSENT
+    correlation: int | float | str | None = _ABSENT
+    external_id: int | float | str | None = msgspec.field(name="External id", default=_ABSENT)
     old_external_id: int | float | str | None = msgspec.field(name="external id",
-                                                              default=None)
+                                                              default=_ABSENT)
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw(b"null"))
     input_type: msgspec.Raw = msgspec.field(name="Input type", default=msgspec.Raw(b"null"))
     collective: Any = msgspec.field(name="Collective name", default=None)
@@ -67,7 +76,7 @@ class _Event(msgspec.Struct, gc=False):
     dur: int | float | None = None
     pid: int | str = 0
     tid: int | str = 0
-    args: _Args | None = _NO_ARGS
+    args: _Args = _NO_ARGS            # ``"args": null`` is rare: the lenient decoder reads it
 
 
 class _DistributedInfo(msgspec.Struct, gc=False):
@@ -87,9 +96,12 @@ _OBJECT_DECODER = msgspec.json.Decoder(_TraceFile)
 _ARRAY_DECODER = msgspec.json.Decoder(list[_Event])
 _LENIENT_DECODER = msgspec.json.Decoder(list[Any])
 _RAW_ARRAY_DECODER = msgspec.json.Decoder(msgspec.Raw)
-#: Events are decoded in slices of about this many bytes, so that only one slice's Python
-#: objects exist at a time: memory stays near the file's size however many events it has.
-SLICE_BYTES = 16 * 1024 * 1024
+#: Events are decoded in slices of about this many bytes: small enough that one slice's Python
+#: objects stay in the CPU's caches while its columns are pulled out of them (a third faster
+#: than 8 MiB slices), and only one slice's objects exist at a time.
+SLICE_BYTES = 1024 * 1024
+#: Slices are handed out to the decoding processes this many at a time (one merge each).
+SLICES_PER_TASK = 8
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 #: ``ph`` values of events with a duration; legacy traces may omit ``ph`` altogether.
 _COMPLETE = frozenset({"X", None})
@@ -210,10 +222,75 @@ def _non_finite_as_null(raw: bytes) -> bytes | None:
     return repaired if count else None
 
 
-def _slices(array: memoryview, target: int = SLICE_BYTES) -> list[tuple[int, int]]:
+#: Where a key ``"traceEvents"`` is followed by its array: the guess of ``_events_start``.
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: What usually separates two events: ``}`` then a comma, then ``{``. Inside a string or an
+#: event's arguments it would be a wrong cut, which a slice's decoding always catches.
+_BETWEEN_EVENTS = re.compile(rb"\}\s*(,)\s*\{")
+
+
+class _WrongGuess(Exception):
+    """The quick way to find the events and cut them did not hold: do it the exact way."""
+
+
+def _events_start(raw: bytes | mmap.mmap) -> int:
+    """Where the events array opens, guessed without a pass over the file: the first byte of a
+    bare array, else the ``[`` of the first ``"traceEvents": [`` (checked by
+    :func:`_check_document` once the array's end is known)."""
+    head = bytes(raw[:64]).lstrip()[:1]
+    if head == b"[":
+        return raw.find(b"[")
+    found = _EVENTS_KEY.search(raw) if head == b"{" else None
+    if found is None:
+        raise _WrongGuess
+    return found.end() - 1
+
+
+def _guess_slices(array: memoryview, target: int | None = None
+                  ) -> list[tuple[int, int | None]]:
+    """Cuts like :func:`_slices`, each at the first ``},{`` past the next ``target`` bytes,
+    with no pass over the file; ``array`` runs from the array's ``[`` to the end of the file,
+    and the last piece's end is None: it ends at the array's closing bracket, which its
+    decoder finds. A cut that falls inside a string or an event's arguments leaves the slice
+    before it unterminated, and so undecodable, whatever the bytes: the first slice starts at
+    a true boundary, and so, in turn, does each one after a slice that decodes."""
+    target = target or SLICE_BYTES
+    pieces: list[tuple[int, int | None]] = []
+    start = 1
+    while start + target < len(array):
+        found = _BETWEEN_EVENTS.search(array, start + target)
+        if found is None:
+            break
+        pieces.append((start, found.start(1)))
+        start = found.start(1) + 1
+    pieces.append((start, None))
+    return pieces
+
+
+def _check_document(raw: bytes | mmap.mmap, start: int, end: int) -> _DistributedInfo | None:
+    """``distributedInfo``, once the rest of the document (with ``0`` in place of the events
+    array ``raw[start:end + 1]``) decodes as a trace whose ``traceEvents`` is that ``0``: so
+    the array found was the top-level one. Raises :class:`_WrongGuess` otherwise."""
+    view = memoryview(raw)
+    if not bytes(view[:start]).strip():          # a bare array: nothing but blanks after it
+        if bytes(view[end + 1:]).strip():
+            raise _WrongGuess
+        return None
+    try:
+        document = _OBJECT_DECODER.decode(b"".join((view[:start], b"0", view[end + 1:])))
+    except msgspec.MsgspecError:
+        raise _WrongGuess from None
+    if bytes(document.traceEvents) != b"0":
+        raise _WrongGuess
+    info = document.distributedInfo
+    return msgspec.convert(info, _DistributedInfo) if isinstance(info, dict) else None
+
+
+def _slices(array: memoryview, target: int | None = None) -> list[tuple[int, int]]:
     """Offsets that cut the bytes of a JSON array into pieces of whole elements, each about
     ``target`` bytes, at the commas between top-level elements (found by a string-aware scan,
     so compact and pretty JSON alike). Where the scan finds nothing to cut, one piece."""
+    target = target or SLICE_BYTES
     last = len(array) - 1                     # the closing ']'
     if last - 1 <= target:
         return [(1, last)]
@@ -259,19 +336,20 @@ def _id(value: Any) -> int | None:
 def _ids(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     """(ids, present) columns; -1 and False where an id is absent, negative or not a number."""
     try:
-        column = np.array([-1 if v is None else v for v in values], dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):  # strings, floats, huge ints: rare
-        ids = [_id(v) for v in values]
+        column = np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # null, odd strings, huge ints: rare
+        ids = list(map(_id, values))     # ids of 2**63 and above wrap to negative numbers
         return (np.array([-1 if i is None else i for i in ids], dtype=np.int64),
                 np.array([i is not None for i in ids], dtype=bool))
-    return column, column >= 0
+    present = column >= 0
+    return np.where(present, column, -1), present
 
 
 def _streams(values: list[Any]) -> np.ndarray:
     """``args.stream`` as HTA reads it: ``int(value)``; -1 where that fails, is negative, or
     is beyond int64 (no device has such a stream)."""
     try:
-        column = np.array([-1 if v is None else v for v in values], dtype=np.int64)
+        column = np.array(values, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
         column = np.array([_stream(v) for v in values], dtype=np.int64)
     return np.where(column >= 0, column, -1)
@@ -311,75 +389,97 @@ class _Columns:
         self.ts_low, self.ts_high, self.ts_missing = math.inf, -math.inf, False
         self.dropped = 0
         self.count = 0
+        self.closing: int | None = None       # see ``_decode_pieces``
 
     def add(self, events: list[_Event]) -> None:
-        # One list comprehension per column, and interning through C-level ``map``: several
-        # times faster than a Python loop over events, which would cost more than the decoding.
+        # One list comprehension per field (the fastest way from structs to lists in CPython:
+        # faster than ``attrgetter`` and ``zip``), interning through C-level ``map``, and every
+        # test after that in numpy: a Python loop over events would cost more than the decoding.
+        if not events:
+            return
         phases = [e.ph for e in events]
-        self._read_thread_names(events, phases)
+        categories = [e.cat for e in events]
         ts_all = [e.ts for e in events]
-        dur_all = [e.dur for e in events]
-        present = [t for t in ts_all if t is not None]
-        self.ts_missing = self.ts_missing or len(present) < len(ts_all)
-        if present:
-            self.ts_low = min(self.ts_low, min(present))
-            self.ts_high = max(self.ts_high, max(present))
+        ts = np.array(ts_all, dtype=np.float64)           # an absent or null ts reads as NaN
+        dur = np.array([e.dur for e in events], dtype=np.float64)
+        has_ts, has_dur = ~np.isnan(ts), ~np.isnan(dur)
+        if has_ts.any():
+            self.ts_low = min(self.ts_low, float(ts[has_ts].min()))
+            self.ts_high = max(self.ts_high, float(ts[has_ts].max()))
+        self.ts_missing = self.ts_missing or not has_ts.all()
+        phase_table: dict[str | None, int] = {}
+        phase_code = _intern(phase_table, phases)
+        self._read_thread_names(events, phase_code, phase_table.get("M"))
         # Complete events with a start and a duration; the profiler's own "Trace" span,
         # metadata, instants, counters and flow arrows go before they cost anything more.
-        keep = [ph in _COMPLETE and ts is not None and dur is not None and cat != "Trace"
-                for ph, ts, dur, cat in zip(phases, ts_all, dur_all, (e.cat for e in events),
-                                            strict=True)]
-        self.dropped += sum(1 for ph, ts, dur in zip(phases, ts_all, dur_all, strict=True)
-                            if ph == "X" and (ts is None or dur is None))
-        if not all(keep):
-            events = list(compress(events, keep))
-            ts_all = list(compress(ts_all, keep))
-            dur_all = list(compress(dur_all, keep))
+        complete = np.isin(phase_code, [phase_table[p] for p in _COMPLETE if p in phase_table])
+        keep = complete & has_ts & has_dur
+        if "Trace" in categories:
+            keep &= np.array([c != "Trace" for c in categories], dtype=bool)
+        if "X" in phase_table:
+            self.dropped += int(np.count_nonzero((phase_code == phase_table["X"]) & ~(
+                has_ts & has_dur)))
+        if not keep.all():
+            kept = keep.tolist()
+            events, categories, ts_all = (list(compress(values, kept)) for values in (
+                events, categories, ts_all))
+            ts, dur = ts[keep], dur[keep]
+        if not events:
+            return
         # HTA's ts column is float64, and so rounded, if any event's ts is not a JSON integer
-        self.ts_all_integers = self.ts_all_integers and all(t.__class__ is int for t in ts_all)
-        ts = np.array(ts_all, dtype=np.float64)
-        dur = np.array(dur_all, dtype=np.float64)
-        names = _intern(self.names, [e.name for e in events])
+        self.ts_all_integers = self.ts_all_integers and float not in set(map(type, ts_all))
+        names = [e.name for e in events]
+        args = [e.args for e in events]
+        name_code = _intern(self.names, names)
         if len(self.wants_args) < len(self.names):
             self.wants_args += [classify.keeps_call_arguments(name) for name in
                                 list(self.names)[len(self.wants_args):]]
-        args = [e.args or _NO_ARGS for e in events]
         correlation, has_correlation = _ids([a.correlation for a in args])
-        external_id, _ = _ids([a.external_id if a.external_id is not None
-                               else a.old_external_id for a in args])
+        external_ids = [a.external_id for a in args]
+        old_external_ids = [a.old_external_id for a in args]
+        if old_external_ids.count(_ABSENT) < len(old_external_ids):  # legacy traces
+            external_ids = [old if new is _ABSENT else new
+                            for new, old in zip(external_ids, old_external_ids, strict=True)]
+        collectives = [a.collective for a in args]
         columns = {
-            "ts": ts, "dur": dur, "name": names,
-            "category": _intern(self.categories, [e.cat for e in events]),
+            "ts": ts, "dur": dur, "name": name_code,
+            "category": _intern(self.categories, categories),
             # pid and tid interned apart (no tuple per event), paired up in ``load``
             "pid": _intern(self.pids, [e.pid for e in events]),
             "tid": _intern(self.tids, [e.tid for e in events]),
             "stream": _streams([a.stream for a in args]),
             "correlation": correlation,
             "has_correlation": has_correlation,
-            "external_id": external_id,
+            "external_id": _ids(external_ids)[0],
         }
-        declared = np.array([a.collective is not None for a in args], dtype=bool)
-        wanted = np.flatnonzero(declared | np.array(self.wants_args, dtype=bool)[names])
-        self.comm_args.update((self.count + int(i), _comm_args(args[i])) for i in wanted)
+        wanted = np.array(self.wants_args, dtype=bool)[name_code]
+        if collectives.count(None) < len(collectives):
+            wanted |= np.array([c is not None for c in collectives], dtype=bool)
+        self.comm_args.update((self.count + i, _comm_args(args[i]))
+                              for i in np.flatnonzero(wanted).tolist())
         grad_code = self.names.get(classify.GRAD_READY)
         if grad_code is not None:
-            for i in np.flatnonzero(names == grad_code):
+            for i in np.flatnonzero(name_code == grad_code).tolist():
                 size = _bytes_from_shapes(args[i])
                 if size is not None:
-                    self.grad_bytes[self.count + int(i)] = size
+                    self.grad_bytes[self.count + i] = size
         for name, first in classify.MATMUL_OPS.items():
             code = self.names.get(name)
-            for i in np.flatnonzero(names == code) if code is not None else ():
+            for i in np.flatnonzero(name_code == code).tolist() if code is not None else ():
                 flops = _matmul_flops(args[i], first)
                 if flops is not None:
-                    self.matmul_flops[self.count + int(i)] = flops
+                    self.matmul_flops[self.count + i] = flops
         for key, values in columns.items():
             self.parts[key].append(values)
         self.count += len(events)
 
-    def _read_thread_names(self, events: list[_Event], phases: list[str | None]) -> None:
-        for event in compress(events, [ph == "M" for ph in phases]):
-            if event.name == "thread_name" and event.args is not None:
+    def _read_thread_names(self, events: list[_Event], phase_code: np.ndarray,
+                           metadata_code: int | None) -> None:
+        if metadata_code is None:
+            return
+        for i in np.flatnonzero(phase_code == metadata_code).tolist():
+            event = events[i]
+            if event.name == "thread_name":
                 label = event.args.thread_label
                 self.thread_names[(event.pid, event.tid)] = label if isinstance(
                     label, str) else ""
@@ -392,7 +492,6 @@ class _Columns:
             "pid": _intern(self.pids, list(other.pids)),
             "tid": _intern(self.tids, list(other.tids)),
         }
-        self.wants_args = [classify.keeps_call_arguments(name) for name in self.names]
         for key, arrays in other.parts.items():
             self.parts[key] += [remap[key][a] for a in arrays] if key in remap else arrays
         self.comm_args.update((self.count + i, args) for i, args in other.comm_args.items())
@@ -405,6 +504,7 @@ class _Columns:
         self.ts_missing = self.ts_missing or other.ts_missing
         self.dropped += other.dropped
         self.count += other.count
+        self.closing = other.closing if other.closing is not None else self.closing
 
     def column(self, key: str, dtype=np.float64) -> np.ndarray:
         parts = self.parts[key]
@@ -412,10 +512,13 @@ class _Columns:
 
 
 def _intern(table: dict[Any, int], values: list[Any]) -> np.ndarray:
-    """Codes of ``values`` in ``table``, adding the values it does not have yet."""
-    for value in dict.fromkeys(values):
-        table.setdefault(value, len(table))
-    return np.fromiter(map(table.__getitem__, values), np.int32, len(values))
+    """Codes of ``values`` in ``table``, adding the values it does not have yet (in order)."""
+    # One C-level pass: a missing key is given the next code by the defaultdict itself.
+    lookup = defaultdict(None, table)
+    lookup.default_factory = lookup.__len__
+    codes = np.fromiter(map(lookup.__getitem__, values), np.int32, len(values))
+    table.update(lookup)
+    return codes
 
 
 # ---- lenient decoding: a slice whose values have unexpected types -------------------------
@@ -435,15 +538,15 @@ def _lenient_events(items: list[Any]) -> list[_Event]:
             cat=item.get("cat") if isinstance(item.get("cat"), str) else None,
             ts=_number(item.get("ts")), dur=_number(item.get("dur")),
             pid=_hashable(item.get("pid", 0)), tid=_hashable(item.get("tid", 0)),
-            args=_lenient_args(args) if isinstance(args, dict) else None))
+            args=_lenient_args(args) if isinstance(args, dict) else _NO_ARGS))
     return events
 
 
 def _lenient_args(args: dict[str, Any]) -> _Args:
-    def scalar(key: str) -> int | float | str | None:
+    def scalar(key: str) -> int | float | str:
         value = args.get(key)
         return value if isinstance(value, int | float | str) and not isinstance(
-            value, bool) else None
+            value, bool) else _ABSENT
 
     return _Args(stream=scalar("stream"), correlation=scalar("correlation"),
                  external_id=scalar("External id"), old_external_id=scalar("external id"),
@@ -479,55 +582,166 @@ def _decode_slice(data: bytes) -> list[_Event]:
         return events
 
 
-#: The array being decoded, for forked workers to read without copying.
-_SHARED: memoryview | None = None
+Pieces = list[tuple[int, int | None]]       # (start, end) offsets of slices in an array
 
 
-def _decode_pieces(pieces: list[tuple[int, int]]) -> _Columns:
-    assert _SHARED is not None
+def _decode_pieces(array: memoryview, pieces: Pieces) -> _Columns:
+    """Decode pieces of ``array``; a piece without an end runs to the array's closing
+    bracket (its offset is kept as ``closing``)."""
     columns = _Columns()
     for start, end in pieces:
-        columns.add(_decode_slice(b"".join((b"[", _SHARED[start:end], b"]"))))
+        if end is None:
+            end = jsonscan.closing_bracket(array, start)
+            if end is None:
+                raise _WrongGuess
+            columns.closing = end
+        columns.add(_decode_slice(b"".join((b"[", array[start:end], b"]"))))
     return columns
+
+
+def _decode_guessed(raw: bytes | mmap.mmap, workers: int) -> tuple[_Columns,
+                                                                   _DistributedInfo | None]:
+    """The events decoded in slices cut where :func:`_events_start` and :func:`_guess_slices`
+    guess (the common case: no pass over the file before decoding). Raises
+    :class:`_WrongGuess` where a guess fails, or where the file has any problem: the exact way
+    then names it."""
+    start = _events_start(raw)
+    array = memoryview(raw)[start:]
+    try:
+        columns = _decode_in_parallel(array, _guess_slices(array), workers)
+    except (msgspec.MsgspecError, _NotEvents, OverflowError, TypeError, ValueError):
+        raise _WrongGuess from None
+    assert columns.closing is not None
+    return columns, _check_document(raw, start, start + columns.closing)
 
 
 def _decode_events(array: memoryview, path: Location, workers: int) -> _Columns:
     """Decode the events slice by slice, on ``workers`` forked processes when that helps."""
-    global _SHARED
     pieces = _slices(array)
-    _SHARED = array
     try:
         if len(pieces) == 1:
-            return _decode_pieces(pieces)
+            return _decode_pieces(array, pieces)
         try:
-            return _decode_in_parallel(pieces, workers)
+            return _decode_in_parallel(array, pieces, workers)
         except msgspec.DecodeError:
             pass  # a cut fell inside an event after all: decode the array whole
-        return _decode_pieces([(1, len(array) - 1)])
+        return _decode_pieces(array, [(1, len(array) - 1)])
     except msgspec.DecodeError as error:
         raise TraceError(path, f"invalid JSON ({error})") from None
     except _NotEvents:
         raise TraceError(path, "not a trace (traceEvents holds no event objects)") from None
     except (OverflowError, TypeError, ValueError) as error:
         raise TraceError(path, f"not a trace (a number out of range: {error})") from None
+    except _DecoderDied as error:
+        raise TraceError(path, str(error)) from None
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while events are decoded: the decoded lists hold
+    no cycles, and each collection would walk all of them (a third of the columnizing time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
     finally:
-        _SHARED = None
+        if enabled:
+            gc.enable()
 
 
-def _decode_in_parallel(pieces: list[tuple[int, int]], workers: int) -> _Columns:
-    workers = min(workers, len(pieces))
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return _decode_pieces(pieces)
-    share = -(-len(pieces) // workers)
-    mine, *theirs = [pieces[i:i + share] for i in range(0, len(pieces), share)]
-    # fork: the children read the parent's bytes in place and return compact columns, while
-    # this process decodes the first share itself.
-    with ProcessPoolExecutor(len(theirs), mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(_decode_pieces, group) for group in theirs]
-        merged = _decode_pieces(mine)
-        for future in futures:
-            merged.extend(future.result())
+def _take_pieces(array: memoryview, pieces: Pieces, taken: Any) -> dict[int, _Columns]:
+    """Decode runs of :data:`SLICES_PER_TASK` pieces, one run at a time, until none is left,
+    by the index of the run's first piece. ``taken`` counts the pieces handed out, shared by
+    every decoding process: each takes the next run when it is free, so a late start or a
+    slow piece evens out."""
+    done = {}
+    while True:
+        with taken.get_lock():
+            index = taken.value
+            taken.value = index + SLICES_PER_TASK
+        if index >= len(pieces):
+            return done
+        try:
+            done[index] = _decode_pieces(array, pieces[index:index + SLICES_PER_TASK])
+        except BaseException:
+            taken.value = len(pieces)              # the others stop after their run
+            raise
+
+
+def _decode_in_parallel(array: memoryview, pieces: Pieces, workers: int) -> _Columns:
+    """Decode ``pieces`` on this process and ``workers - 1`` forked ones, which read the
+    parent's bytes in place and send back compact columns through a pipe. A plain ``fork``
+    rather than a process pool: nothing to start but the children, and a child leaves with
+    ``os._exit`` the moment its columns are sent, without a slow interpreter shutdown."""
+    workers = min(workers, -(-len(pieces) // SLICES_PER_TASK))
+    if workers <= 1 or not hasattr(os, "fork"):
+        return _decode_pieces(array, pieces)
+    taken = multiprocessing.get_context("fork").Value("q", 0)
+    children: list[tuple[int, int]] = []
+    try:
+        for _ in range(workers - 1):
+            children.append(_fork_decoder(array, pieces, taken))
+        done = _take_pieces(array, pieces, taken)
+        while children:
+            done.update(_result_of_decoder(*children.pop(0)))
+    finally:
+        taken.value = len(pieces)                  # an error here: the children stop soon
+        for pid, reading in children:
+            os.close(reading)
+            os.waitpid(pid, 0)
+    merged = _Columns()
+    for index in range(0, len(pieces), SLICES_PER_TASK):
+        merged.extend(done.pop(index))
     return merged
+
+
+def _fork_decoder(array: memoryview, pieces: Pieces, taken: Any) -> tuple[int, int]:
+    """A forked child that takes pieces like this process does and writes what it decoded
+    (or the exception that stopped it), pickled, to a pipe: (its pid, the pipe's read end)."""
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(writing)
+        return pid, reading
+    status = 1
+    try:
+        os.close(reading)
+        try:
+            outcome: Any = _take_pieces(array, pieces, taken)
+        except BaseException as error:  # sent to the parent, and raised there
+            outcome = error
+        with open(writing, "wb") as pipe:
+            pickle.dump(outcome, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _result_of_decoder(pid: int, reading: int) -> dict[int, _Columns]:
+    """What a child of :func:`_fork_decoder` decoded, once it has ended (its error raised)."""
+    try:
+        with open(reading, "rb") as pipe:
+            outcome = pickle.load(pipe)
+    except (EOFError, pickle.UnpicklingError):
+        outcome = None
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    if outcome is None or status != 0:
+        raise _DecoderDied(f"a decoding process ended without its result ({_ended(status)}; "
+                           "out of memory? try --jobs 1)")
+    return outcome
+
+
+class _DecoderDied(RuntimeError):
+    """A forked decoder ended without sending its columns (killed, most often for memory)."""
+
+
+def _ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
 
 
 #: The last trace loaded here and the identity of its file: ``analyze`` reads rank 0 again
@@ -556,9 +770,9 @@ def load(path: Location, workers: int = 1) -> RankTrace:
     None (the run decides). The result is shared with the next load of the same unchanged
     file: callers only read it."""
     global _LAST
-    identity = _identity(path)
-    if _LAST is not None and identity is not None and _LAST[0] == identity:
-        return _LAST[1]
+    identity, last = _identity(path), _LAST      # one read: threads may replace it
+    if last is not None and identity is not None and last[0] == identity:
+        return last[1]
     _LAST = None
     trace = _load(path, workers)
     if identity is not None and identity == _identity(path):
@@ -568,9 +782,16 @@ def load(path: Location, workers: int = 1) -> RankTrace:
 
 def _load(path: Location, workers: int) -> RankTrace:
     raw = read_bytes(path)
-    array, info = decode(raw, path)
-    columns = _decode_events(array, path, workers)
-    del array, raw
+    with _collector_paused():
+        try:
+            columns, info = _decode_guessed(raw, workers)
+        except _WrongGuess:
+            array, info = decode(raw, path)
+            columns = _decode_events(array, path, workers)
+            del array
+        except _DecoderDied as error:
+            raise TraceError(path, str(error)) from None
+    del raw
     start = columns.column("ts")
     end = start + columns.column("dur")
     if not (np.all(np.isfinite(start)) and np.all(np.isfinite(end))):
