@@ -92,12 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{count} ranks:", flush=True)
             ddp = measure([args.python, "-m", "ddpprof.cli", "analyze", str(run), "--jobs",
                            str(args.jobs), "--quiet", "--json", str(scratch / "out.json")],
-                          REPO_ROOT)
+                          REPO_ROOT, sample_memory=True)
             print(line("ddpprof", ddp), flush=True)
             failed |= ddp.returncode != 0
             hta = None
             if not args.skip_hta:
-                hta = measure([args.python, "-c", HTA_CHILD, str(run)], REPO_ROOT)
+                hta = measure([args.python, "-c", HTA_CHILD, str(run)], REPO_ROOT,
+                              sample_memory=True)
                 print(line("HTA", hta), flush=True)
                 failed |= hta.returncode != 0
             rows.append((count, ddp, hta))
