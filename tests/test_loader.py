@@ -199,6 +199,26 @@ def test_guessed_cuts_decode_alike_without_a_scan(tmp_path, monkeypatch, layout,
     assert not exact
 
 
+@pytest.mark.parametrize("memfd", [True, False])
+def test_children_spill_their_columns_to_a_file_the_parent_maps(tmp_path, monkeypatch, memfd):
+    if not memfd:
+        monkeypatch.delattr(os, "memfd_create", raising=False)  # a temporary file instead
+    elif not hasattr(os, "memfd_create"):
+        pytest.skip("no memfd_create here")
+    path = _write(tmp_path, _text([_plain_event(i) for i in range(400)], "pretty"))
+    reference = _reference(path, monkeypatch)
+    monkeypatch.setattr(loader, "SLICE_BYTES", 400)
+    monkeypatch.setattr(loader, "SLICES_PER_TASK", 1)
+    spilled: list[int] = []
+    read = loader._Spill.read
+    monkeypatch.setattr(loader._Spill, "read", staticmethod(
+        lambda descriptor, index: spilled.append(len(index)) or read(descriptor, index)))
+    trace = loader.load(path, workers=3)
+    _same(_columns(trace), reference)
+    assert len(spilled) == 2 and sum(spilled) > 0
+    trace.start_us[0] += 1          # columns are the process's own: writable
+
+
 def test_a_wrong_guess_falls_back_to_the_exact_way(tmp_path, monkeypatch):
     # ``_event``'s arguments hold lists of objects: ``},{`` inside events, so guessed cuts
     # land inside them, their slices fail to decode, and the exact way takes over.
