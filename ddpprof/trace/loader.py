@@ -6,6 +6,11 @@ category), old category names. msgspec decodes the JSON straight into small type
 (unknown fields are skipped without being built); a slice whose values have unexpected types
 is decoded again leniently, so one odd event never rejects a trace. Everything after that is
 numpy. Times are kept exactly as written: rounding, where asked for, is the analysis's choice.
+
+A large file is decoded in slices of about 1 MiB on several processes, cut where a cheap guess
+puts the boundaries between events (see :func:`_guess_slices`): nothing reads the whole file
+before decoding starts. A guess that does not hold always makes some slice undecodable, and
+the exact way (the whole document validated, the array scanned by ``jsonscan``) takes over.
 """
 
 from __future__ import annotations
