@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from trace_builders import analyze_one, kernel, launch, span, step, write_trace
 
 from ddpprof.analysis import analyze_paths, rank_row, run_row
@@ -27,6 +29,26 @@ def test_intersect_and_subtract():
     assert iv.length(iv.subtract(a, b)) == 3 + 1 + 6      # [0,3) [11,12) [14,20)
     assert iv.length(iv.subtract(a, iv.EMPTY)) == 15
     assert iv.length(iv.intersect(a, iv.EMPTY)) == 0
+
+
+def test_covered_by_hand():
+    a = iv.union(np.array([0, 10]), np.array([5, 20]))                # [0,5) [10,20)
+    got = iv.covered(a, np.array([3, -5, 6, 4, 25, 7]), np.array([12, 0, 9, 30, 30, 7]))
+    assert got.tolist() == [2 + 2, 0, 0, 5 - 4 + 10, 0, 0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-50, 50), st.integers(0, 30)), max_size=12),
+       st.lists(st.tuples(st.integers(-60, 60), st.integers(-5, 40)), min_size=1, max_size=8))
+def test_covered_is_the_length_of_each_intersection(spans, windows):
+    """Fuzz: the one-pass ``covered`` equals intersecting window by window."""
+    a = iv.union(np.array([s for s, _ in spans], dtype=float),
+                 np.array([s + d for s, d in spans], dtype=float))
+    starts = np.array([s for s, _ in windows], dtype=float)
+    ends = np.array([s + d for s, d in windows], dtype=float)
+    expected = [iv.length(iv.intersect(a, (np.array([lo]), np.array([hi])))) if hi > lo else 0.0
+                for lo, hi in zip(starts, ends, strict=True)]
+    np.testing.assert_allclose(iv.covered(a, starts, ends), expected, atol=1e-9)
 
 
 @pytest.mark.parametrize(("name", "kind"), [
