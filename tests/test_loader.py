@@ -6,7 +6,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -276,6 +279,46 @@ def test_a_decoder_that_dies_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setattr(loader, "SLICES_PER_TASK", 1)
     with pytest.raises(TraceError, match=r"decoding process ended .*exit status 3"):
         loader.load(path, workers=2)
+
+
+_KILLED_PARENT = """
+import os, signal, sys, time
+from pathlib import Path
+from ddpprof.trace import loader
+loader.SLICE_BYTES, loader.SLICES_PER_TASK = 300, 1
+decode, parent = loader._decode_pieces, os.getpid()
+def stalls(array, pieces):
+    if os.getpid() != parent:
+        print(os.getpid(), flush=True)
+        time.sleep(60)
+    else:
+        time.sleep(0.5)
+        os.kill(parent, signal.SIGKILL)
+    return decode(array, pieces)
+loader._decode_pieces = stalls
+loader.load(Path(sys.argv[1]), workers=2)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_decoder_dies_with_its_parent(tmp_path):
+    path = _write(tmp_path, _text([_plain_event(i) for i in range(300)], "compact"))
+    done = subprocess.run([sys.executable, "-c", _KILLED_PARENT, str(path)], timeout=60,
+                          capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL
+    child = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie is dead
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.parametrize("error", [msgspec.DecodeError, loader._NotEvents])

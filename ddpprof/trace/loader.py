@@ -619,7 +619,8 @@ def _decode_guessed(raw: bytes | mmap.mmap, workers: int) -> tuple[_Columns,
         columns = _decode_in_parallel(array, _guess_slices(array), workers)
     except (msgspec.MsgspecError, _NotEvents, OverflowError, TypeError, ValueError):
         raise _WrongGuess from None
-    assert columns.closing is not None
+    if columns.closing is None:       # no piece reached the end: cannot happen, but be sure
+        raise _WrongGuess
     return columns, _check_document(raw, start, start + columns.closing)
 
 
@@ -779,12 +780,16 @@ def _fork_decoder(array: memoryview, pieces: Pieces, taken: Any) -> _Child:
     rather than a process pool: nothing to start but the child."""
     spill = _spill_descriptor()
     reading, writing = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         os.close(writing)
         return _Child(pid, reading, spill)
     status = 1
     try:
+        from ..record.process import die_with_parent
+
+        die_with_parent(parent)    # a parent killed outright (SIGKILL) takes the child along
         os.close(reading)
         spilled = _Spill(spill)
         try:
