@@ -321,7 +321,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("error", [msgspec.DecodeError, loader._NotEvents])
+@pytest.mark.parametrize("error", [msgspec.DecodeError, OverflowError])
 def test_an_error_in_a_child_decoder_reaches_the_parent(tmp_path, monkeypatch, error):
     path = _write(tmp_path, _text([_plain_event(i) for i in range(300)], "compact"))
     reference = _reference(path, monkeypatch)
@@ -338,8 +338,82 @@ def test_an_error_in_a_child_decoder_reaches_the_parent(tmp_path, monkeypatch, e
     if error is msgspec.DecodeError:   # a cut in the wrong place: decoded whole, here
         _same(_columns(loader.load(path, workers=2)), reference)
     else:
-        with pytest.raises(TraceError, match="no event objects"):
+        with pytest.raises(TraceError, match="out of range: in the child"):
             loader.load(path, workers=2)
+
+
+# ---- found by a hostile pass over the guessed way: each once gave another answer than the
+# exact way, or than another slicing, or an exception that was not a TraceError
+
+def _both_ways(path: Path, monkeypatch) -> tuple[Any, Any]:
+    """(exact way, one slice) and (guessed way, 200-byte slices, 2 workers): each the columns
+    or the TraceError's message."""
+    def outcome():
+        try:
+            trace = loader.load(path, workers=2)
+        except TraceError as error:
+            return str(error)
+        return {**_columns(trace), "ints": trace.timestamps_are_integers, "rank": trace.rank}
+
+    with monkeypatch.context() as patch:
+        patch.setattr(loader, "_events_start", _no_guess)
+        patch.setattr(loader, "SLICE_BYTES", 1 << 40)
+        exact = outcome()
+    with monkeypatch.context() as patch:
+        patch.setattr(loader, "SLICE_BYTES", 200)
+        patch.setattr(loader, "SLICES_PER_TASK", 1)
+        guessed = outcome()
+    return exact, guessed
+
+
+def _same_outcome(a: Any, b: Any) -> None:
+    if isinstance(a, str) or isinstance(b, str):
+        assert a == b
+    else:
+        _same(a, b)
+
+
+_EVENT = b'{"ph":"X","name":"a","ts":1,"dur":1}'
+_ODD = b'{"ph":"X","name":"bad","ts":"x","dur":1,"pad":"' + b"L" * 220 + b'"}'
+
+
+@pytest.mark.parametrize("data", [
+    b"\x0c[" + _EVENT + b"]",                                       # not JSON blanks
+    b"[" + _EVENT + b"]\x0b",
+    b'{"x":{"traceEvents":[' + _EVENT + b']},"traceEvents":0}',       # a nested key, and 0
+    b'{"\\"traceEvents":[' + _EVENT + b'],"traceEvents":0}',         # a key holding a quote
+    b'{"traceEvents":[' + _EVENT + b'],"traceEvents":0}',             # the key twice
+    b'{"traceEvents":[' + _ODD + b"," + _EVENT + b"]}",               # ints stay ints
+    b'{"traceEvents":[' + _ODD + b',{"ph":"X","name":"a","ts":1,"dur":1,'
+    b'"args":{"External id":null,"external id":7}}]}',                # null is not absent
+    b'{"traceEvents":[' + _ODD + b',{"ph":"X","name":"a","ts":1,"dur":1,"\xff":1}]}',
+    b"[" + _EVENT[:-1] + b',"pad":"' + b"L" * 220 + b'"},1]',        # a slice of no objects
+    b"[" + b"[" * 1000 + b"]" * 1000 + b"]",                          # too deep for msgspec
+    b'{"traceEvents":[{"ph":"X","ts":1,"dur":2,"args":{"x":' + b"[" * 1000 + b"]" * 1000
+    + b"}}]}",
+])
+def test_guessed_and_exact_ways_agree_on_hostile_documents(tmp_path, monkeypatch, data):
+    path = _write(tmp_path, data, "t.json")
+    exact, guessed = _both_ways(path, monkeypatch)
+    _same_outcome(exact, guessed)
+
+
+def test_a_slice_of_values_that_are_not_events_is_no_error(tmp_path, monkeypatch):
+    # the exact way cuts after any object: a slice may hold only the trailing ``1``
+    data = b"[" + _EVENT[:-1] + b',"pad":"' + b"L" * 220 + b'"},1,2]'
+    path = _write(tmp_path, data, "t.json")
+    monkeypatch.setattr(loader, "_events_start", _no_guess)
+    monkeypatch.setattr(loader, "SLICE_BYTES", 100)
+    assert len(loader._slices(memoryview(data), 100)) > 1
+    assert loader.load(path, workers=2).n_events == 1
+    with pytest.raises(TraceError, match="no event objects"):
+        loader.load(_write(tmp_path, b"[1, 2, [3]]", "n.json"))
+
+
+def test_a_non_finite_number_is_repaired_outside_strings_only(tmp_path):
+    data = b'{"traceEvents":[{"ph":"X","name":"a,inf]","ts":1,"dur":2,"args":{"b":NaN}}]}'
+    trace = loader.load(_write(tmp_path, data, "t.json"))
+    assert trace.names == ["a,inf]"] and trace.n_events == 1
 
 
 def test_fallback_decodes_whole_when_a_slice_fails(tmp_path, monkeypatch):

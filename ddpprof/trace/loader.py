@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import secrets
 import tempfile
 import zlib
 from collections import defaultdict
@@ -45,6 +46,7 @@ __all__ = ["TraceError", "load", "read_bytes"]
 #: in a MemoryError); ``DDPPROF_MAX_TRACE_BYTES`` overrides it.
 DEFAULT_MAX_TRACE_BYTES = 16 * 1024**3
 _UTF8_BOM = b"\xef\xbb\xbf"
+_JSON_BLANKS = b" \t\r\n"           # JSON's whitespace; bytes.strip() would take more
 
 
 #: The value of an id or stream argument that the event does not have: one object, so that
@@ -102,7 +104,9 @@ class _TraceFile(msgspec.Struct, gc=False):
 
 _OBJECT_DECODER = msgspec.json.Decoder(_TraceFile)
 _ARRAY_DECODER = msgspec.json.Decoder(list[_Event])
-_LENIENT_DECODER = msgspec.json.Decoder(list[Any])
+_EVENT_DECODER = msgspec.json.Decoder(_Event)
+_RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+_LENIENT_DECODER = msgspec.json.Decoder(Any)
 _RAW_ARRAY_DECODER = msgspec.json.Decoder(msgspec.Raw)
 #: Events are decoded in slices of about this many bytes: small enough that one slice's Python
 #: objects stay in the CPU's caches while its columns are pulled out of them (a third faster
@@ -219,14 +223,25 @@ def decode(raw: bytes | mmap.mmap, path: Location) -> tuple[memoryview, _Distrib
 #: A bare non-finite number as a JSON value: Kineto wrote ``"memory bandwidth (GB/s)": inf``
 #: for a zero-length memcpy (pytorch/kineto issue 105), Python's json writes ``NaN`` and
 #: ``Infinity``. Neither is JSON, and one such argument would otherwise refuse the whole trace.
-_NON_FINITE = re.compile(rb"([:,\[]\s*)-?(?:inf|nan|Infinity|NaN)(?=\s*[,}\]])",
-                         re.IGNORECASE)
+#: Strings are matched too, and kept as they are, so that text such as a name ``"a,inf]"``
+#: is never changed.
+_NON_FINITE = re.compile(rb'("(?:[^"\\]++|\\.)*+")|([:,\[]\s*)-?(?:inf|nan|infinity)'
+                         rb"(?=\s*[,}\]])", re.IGNORECASE)
 
 
 def _non_finite_as_null(raw: bytes) -> bytes | None:
     """``raw`` with every bare non-finite number replaced by ``null`` (read as absent, as any
     value that makes no sense is), or None where it has none."""
-    repaired, count = _NON_FINITE.subn(rb"\1null", raw)
+    count = 0
+
+    def repair(match: re.Match[bytes]) -> bytes:
+        nonlocal count
+        if match.group(1) is not None:
+            return match.group(1)
+        count += 1
+        return match.group(2) + b"null"
+
+    repaired = _NON_FINITE.sub(repair, raw)
     return repaired if count else None
 
 
@@ -276,19 +291,22 @@ def _guess_slices(array: memoryview, target: int | None = None
 
 
 def _check_document(raw: bytes | mmap.mmap, start: int, end: int) -> _DistributedInfo | None:
-    """``distributedInfo``, once the rest of the document (with ``0`` in place of the events
-    array ``raw[start:end + 1]``) decodes as a trace whose ``traceEvents`` is that ``0``: so
-    the array found was the top-level one. Raises :class:`_WrongGuess` otherwise."""
+    """``distributedInfo``, once the rest of the document (with a random marker in place of
+    the events array ``raw[start:end + 1]``) decodes as a trace whose ``traceEvents`` is that
+    marker: so the array found was the top-level one. Raises :class:`_WrongGuess`
+    otherwise."""
     view = memoryview(raw)
-    if not bytes(view[:start]).strip():          # a bare array: nothing but blanks after it
-        if bytes(view[end + 1:]).strip():
+    if not bytes(view[:start]).strip(_JSON_BLANKS):   # a bare array: only blanks after it
+        if bytes(view[end + 1:]).strip(_JSON_BLANKS):
             raise _WrongGuess
         return None
+    # A value no trace can hold in its own traceEvents: drawn afresh for every load.
+    marker = b'"ddpprof-' + secrets.token_hex(16).encode() + b'"'
     try:
-        document = _OBJECT_DECODER.decode(b"".join((view[:start], b"0", view[end + 1:])))
+        document = _OBJECT_DECODER.decode(b"".join((view[:start], marker, view[end + 1:])))
     except msgspec.MsgspecError:
         raise _WrongGuess from None
-    if bytes(document.traceEvents) != b"0":
+    if bytes(document.traceEvents) != marker:
         raise _WrongGuess
     info = document.distributedInfo
     return msgspec.convert(info, _DistributedInfo) if isinstance(info, dict) else None
@@ -368,13 +386,11 @@ def _stream(value: Any) -> int:
     return -1 if number is None or number < 0 or int(value) >= 2**63 else number
 
 
-def _number(value: Any) -> float | None:
+def _number(value: Any) -> int | float | None:
+    """A number as the strict decoder gives it (an int stays an int); None for anything else."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf
+    return value
 
 
 class _Columns:
@@ -398,6 +414,7 @@ class _Columns:
         self.dropped = 0
         self.count = 0
         self.closing: int | None = None       # see ``_decode_pieces``
+        self.values = self.objects = 0        # elements of the array, and objects among them
 
     def add(self, events: list[_Event]) -> None:
         # One list comprehension per field (the fastest way from structs to lists in CPython:
@@ -513,6 +530,8 @@ class _Columns:
         self.dropped += other.dropped
         self.count += other.count
         self.closing = other.closing if other.closing is not None else self.closing
+        self.values += other.values
+        self.objects += other.objects
 
     def column(self, key: str, dtype=np.float64) -> np.ndarray:
         parts = self.parts[key]
@@ -531,30 +550,27 @@ def _intern(table: dict[Any, int], values: list[Any]) -> np.ndarray:
 
 # ---- lenient decoding: a slice whose values have unexpected types -------------------------
 
-def _lenient_events(items: list[Any]) -> list[_Event]:
-    """Events from arbitrary JSON values: anything not shaped like an event is skipped, and a
-    field of an unexpected type reads as absent (names and ids as text)."""
-    events = []
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        name = item.get("name", "")
-        args = item.get("args")
-        events.append(_Event(
-            name=name if isinstance(name, str) else _text(name),
-            ph=item.get("ph") if isinstance(item.get("ph"), str) else None,
-            cat=item.get("cat") if isinstance(item.get("cat"), str) else None,
-            ts=_number(item.get("ts")), dur=_number(item.get("dur")),
-            pid=_hashable(item.get("pid", 0)), tid=_hashable(item.get("tid", 0)),
-            args=_lenient_args(args) if isinstance(args, dict) else _NO_ARGS))
-    return events
+def _lenient_event(item: dict[str, Any]) -> _Event:
+    """An event from an object with fields of unexpected types: such a field reads as absent
+    (names and ids as text); the rest as the strict decoder reads them."""
+    name = item.get("name", "")
+    args = item.get("args")
+    return _Event(
+        name=name if isinstance(name, str) else _text(name),
+        ph=item.get("ph") if isinstance(item.get("ph"), str) else None,
+        cat=item.get("cat") if isinstance(item.get("cat"), str) else None,
+        ts=_number(item.get("ts")), dur=_number(item.get("dur")),
+        pid=_hashable(item.get("pid", 0)), tid=_hashable(item.get("tid", 0)),
+        args=_lenient_args(args) if isinstance(args, dict) else _NO_ARGS)
 
 
 def _lenient_args(args: dict[str, Any]) -> _Args:
-    def scalar(key: str) -> int | float | str:
-        value = args.get(key)
+    def scalar(key: str) -> int | float | str | None:
+        if key not in args:
+            return _ABSENT
+        value = args[key]          # given but not a number or text: None, as msgspec's null
         return value if isinstance(value, int | float | str) and not isinstance(
-            value, bool) else _ABSENT
+            value, bool) else None
 
     return _Args(stream=scalar("stream"), correlation=scalar("correlation"),
                  external_id=scalar("External id"), old_external_id=scalar("external id"),
@@ -575,19 +591,34 @@ def _hashable(value: Any) -> int | str:
     return value if isinstance(value, int | str) and not isinstance(value, bool) else _text(value)
 
 
-class _NotEvents(ValueError):
-    """A slice of ``traceEvents`` that holds values but not one event object."""
+class _NotUTF8(ValueError):
+    """An odd event (read leniently) holds text that is not UTF-8."""
 
 
-def _decode_slice(data: bytes) -> list[_Event]:
+def _decode_slice(data: bytes) -> tuple[list[_Event], int, int]:
+    """The events of a slice, with its number of values and of objects among them. Where some
+    value is not an event of the expected types, each value is decoded alone, and only the odd
+    ones leniently: every event reads the same whatever slice it falls in."""
     try:
-        return _ARRAY_DECODER.decode(data)
+        events = _ARRAY_DECODER.decode(data)
+        return events, len(events), len(events)
     except msgspec.ValidationError:
-        items = _LENIENT_DECODER.decode(data)
-        events = _lenient_events(items)
-        if items and not any(isinstance(item, dict) for item in items):
-            raise _NotEvents from None
-        return events
+        pass
+    items = _RAW_LIST_DECODER.decode(data)
+    events = []
+    for item in items:
+        try:
+            events.append(_EVENT_DECODER.decode(item))
+            continue
+        except msgspec.ValidationError:
+            pass
+        try:
+            value = _LENIENT_DECODER.decode(item)
+        except UnicodeDecodeError as error:
+            raise _NotUTF8(str(error)) from None
+        if isinstance(value, dict):
+            events.append(_lenient_event(value))
+    return events, len(items), len(events)
 
 
 Pieces = list[tuple[int, int | None]]       # (start, end) offsets of slices in an array
@@ -603,7 +634,10 @@ def _decode_pieces(array: memoryview, pieces: Pieces) -> _Columns:
             if end is None:
                 raise _WrongGuess
             columns.closing = end
-        columns.add(_decode_slice(b"".join((b"[", array[start:end], b"]"))))
+        events, values, objects = _decode_slice(b"".join((b"[", array[start:end], b"]")))
+        columns.values += values
+        columns.objects += objects
+        columns.add(events)
     return columns
 
 
@@ -617,7 +651,7 @@ def _decode_guessed(raw: bytes | mmap.mmap, workers: int) -> tuple[_Columns,
     array = memoryview(raw)[start:]
     try:
         columns = _decode_in_parallel(array, _guess_slices(array), workers)
-    except (msgspec.MsgspecError, _NotEvents, OverflowError, TypeError, ValueError):
+    except (msgspec.MsgspecError, OverflowError, TypeError, ValueError):
         raise _WrongGuess from None
     if columns.closing is None:       # no piece reached the end: cannot happen, but be sure
         raise _WrongGuess
@@ -637,8 +671,8 @@ def _decode_events(array: memoryview, path: Location, workers: int) -> _Columns:
         return _decode_pieces(array, [(1, len(array) - 1)])
     except msgspec.DecodeError as error:
         raise TraceError(path, f"invalid JSON ({error})") from None
-    except _NotEvents:
-        raise TraceError(path, "not a trace (traceEvents holds no event objects)") from None
+    except _NotUTF8 as error:
+        raise TraceError(path, f"invalid JSON (text that is not UTF-8: {error})") from None
     except (OverflowError, TypeError, ValueError) as error:
         raise TraceError(path, f"not a trace (a number out of range: {error})") from None
     except _DecoderDied as error:
@@ -851,18 +885,28 @@ def load(path: Location, workers: int = 1) -> RankTrace:
     return trace
 
 
+def _decode_either_way(raw: bytes | mmap.mmap, path: Location, workers: int
+                       ) -> tuple[_Columns, _DistributedInfo | None]:
+    """The guessed way, else the exact way (which names any problem)."""
+    try:
+        return _decode_guessed(raw, workers)
+    except _WrongGuess:
+        array, info = decode(raw, path)
+        return _decode_events(array, path, workers), info
+
+
 def _load(path: Location, workers: int) -> RankTrace:
     raw = read_bytes(path)
     with _collector_paused():
         try:
-            columns, info = _decode_guessed(raw, workers)
-        except _WrongGuess:
-            array, info = decode(raw, path)
-            columns = _decode_events(array, path, workers)
-            del array
+            columns, info = _decode_either_way(raw, path, workers)
         except _DecoderDied as error:
             raise TraceError(path, str(error)) from None
+        except RecursionError:       # msgspec's limit on nesting, on either way
+            raise TraceError(path, "not a trace (JSON nested too deeply)") from None
     del raw
+    if columns.values and not columns.objects:
+        raise TraceError(path, "not a trace (traceEvents holds no event objects)")
     start = columns.column("ts")
     end = start + columns.column("dur")
     if not (np.all(np.isfinite(start)) and np.all(np.isfinite(end))):
