@@ -338,7 +338,8 @@ def run_ddpprof(python: str, folder: Path, scratch: Path, tool: ToolRuns,
         return m
     doc = json.loads(json_out.read_text())
     rank0 = next(r for run in doc["runs"] for r in run["per_rank"] if r["rank"] == 0)
-    tool.shares = {key: float(rank0[key]) for key in SHARES}
+    # a share without meaning (overlap where nothing communicates) is null in the JSON
+    tool.shares = {key: math.nan if rank0[key] is None else float(rank0[key]) for key in SHARES}
     return m
 
 
