@@ -277,6 +277,10 @@ class ToolRuns:
     def ok(self) -> list[Measurement]:
         return [m for m in self.runs if m.returncode == 0]
 
+    def add(self, measurement: Measurement, sampled: bool) -> Measurement:
+        (self.memory_runs if sampled else self.runs).append(measurement)
+        return measurement
+
     @property
     def peak_mib(self) -> float | None:
         peaks = [m.peak_mib for m in self.memory_runs if m.returncode == 0 and m.peak_mib]
@@ -330,9 +334,8 @@ def run_ddpprof(python: str, folder: Path, scratch: Path, tool: ToolRuns,
                 sample_memory: bool) -> Measurement:
     json_out = scratch / "ddpprof.json"
     json_out.unlink(missing_ok=True)
-    m = measure([python, "-m", "ddpprof.cli", "analyze", str(folder), "--json", str(json_out)],
-                REPO_ROOT, sample_memory)
-    (tool.memory_runs if sample_memory else tool.runs).append(m)
+    m = tool.add(measure([python, "-m", "ddpprof.cli", "analyze", str(folder), "--json",
+                          str(json_out)], REPO_ROOT, sample_memory), sample_memory)
     if m.returncode != 0:
         tool.error = f"exit {m.returncode}\n{m.stderr.strip() or m.stdout.strip()}"
         return m
@@ -346,16 +349,16 @@ def run_ddpprof(python: str, folder: Path, scratch: Path, tool: ToolRuns,
 def run_msgspec(python: str, trace: Path, tool: ToolRuns, sample_memory: bool
                 ) -> Measurement:
     """The floor: one plain ``msgspec.json.decode`` of the file into Python objects."""
-    m = measure([python, "-c", MSGSPEC_CHILD, str(trace)], REPO_ROOT, sample_memory)
-    (tool.memory_runs if sample_memory else tool.runs).append(m)
+    m = tool.add(measure([python, "-c", MSGSPEC_CHILD, str(trace)], REPO_ROOT, sample_memory),
+                 sample_memory)
     if m.returncode != 0:
         tool.error = f"exit {m.returncode}\n{m.stderr.strip()[-4000:]}"
     return m
 
 
 def run_hta(python: str, folder: Path, tool: ToolRuns, sample_memory: bool) -> Measurement:
-    m = measure([python, "-c", HTA_CHILD, str(folder)], REPO_ROOT, sample_memory)
-    (tool.memory_runs if sample_memory else tool.runs).append(m)
+    m = tool.add(measure([python, "-c", HTA_CHILD, str(folder)], REPO_ROOT, sample_memory),
+                 sample_memory)
     lines = [ln for ln in m.stdout.splitlines() if ln.startswith(HTA_RESULT_TAG)]
     if m.returncode != 0 or not lines:
         tool.error = f"exit {m.returncode}\n{m.stderr.strip()[-4000:]}"

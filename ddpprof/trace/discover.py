@@ -119,8 +119,9 @@ def discover(paths: list[Location]) -> list[RunInput]:
                     run.error = error or run.error
                     runs.append(run)
                 if traces:
-                    runs.append(_run(storage.name(path) or str(path), path, traces))
-                    runs[-1].beside_runs = True
+                    beside = _run(storage.name(path) or str(path), path, traces)
+                    beside.beside_runs = True
+                    runs.append(beside)
             elif traces:
                 runs.append(_run(storage.name(path) or str(path), path, traces))
             else:

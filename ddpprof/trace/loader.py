@@ -3,8 +3,8 @@
 Every form PyTorch has written is accepted: Kineto's object (``traceEvents`` plus
 ``distributedInfo``), the bare array, gzip or plain, the legacy autograd profiler's events (no
 category), old category names. msgspec decodes the JSON straight into small typed structs
-(unknown fields are skipped without being built); a slice whose values have unexpected types
-is decoded again leniently, so one odd event never rejects a trace. Everything after that is
+(unknown fields are skipped without being built); an event whose values have unexpected types
+is decoded alone, leniently, so one odd event never rejects a trace. Everything after that is
 numpy. Times are kept exactly as written: rounding, where asked for, is the analysis's choice.
 
 A large file is decoded in slices of about 1 MiB on several processes, cut where a cheap guess
@@ -192,12 +192,18 @@ def _gunzip(packed: bytes | mmap.mmap, path: Location, limit: int) -> bytes:
     return b"".join(pieces)
 
 
-def decode(raw: bytes | mmap.mmap, path: Location) -> tuple[memoryview, _DistributedInfo | None]:
-    """The bytes of the ``traceEvents`` array (validated JSON) and ``distributedInfo``, for the
-    object form and the bare-array form of a Chrome trace."""
+def _first_byte(raw: bytes | mmap.mmap) -> bytes:
+    """The document's first byte that is not a blank (empty where there is none)."""
     head = bytes(raw[:64]).lstrip()[:1]
     if not head:  # more than 64 blanks first: rare, and a copy is then acceptable
         head = bytes(raw).lstrip()[:1]
+    return head
+
+
+def decode(raw: bytes | mmap.mmap, path: Location) -> tuple[memoryview, _DistributedInfo | None]:
+    """The bytes of the ``traceEvents`` array (validated JSON) and ``distributedInfo``, for the
+    object form and the bare-array form of a Chrome trace."""
+    head = _first_byte(raw)
     try:
         if head == b"[":
             return memoryview(_RAW_ARRAY_DECODER.decode(raw)), None
@@ -260,7 +266,7 @@ def _events_start(raw: bytes | mmap.mmap) -> int:
     """Where the events array opens, guessed without a pass over the file: the first byte of a
     bare array, else the ``[`` of the first ``"traceEvents": [`` (checked by
     :func:`_check_document` once the array's end is known)."""
-    head = bytes(raw[:64]).lstrip()[:1]
+    head = _first_byte(raw)
     if head == b"[":
         return raw.find(b"[")
     found = _EVENTS_KEY.search(raw) if head == b"{" else None
@@ -548,7 +554,7 @@ def _intern(table: dict[Any, int], values: list[Any]) -> np.ndarray:
     return codes
 
 
-# ---- lenient decoding: a slice whose values have unexpected types -------------------------
+# ---- lenient decoding: an event whose values have unexpected types ------------------------
 
 def _lenient_event(item: dict[str, Any]) -> _Event:
     """An event from an object with fields of unexpected types: such a field reads as absent
@@ -675,8 +681,6 @@ def _decode_events(array: memoryview, path: Location, workers: int) -> _Columns:
         raise TraceError(path, f"invalid JSON (text that is not UTF-8: {error})") from None
     except (OverflowError, TypeError, ValueError) as error:
         raise TraceError(path, f"not a trace (a number out of range: {error})") from None
-    except _DecoderDied as error:
-        raise TraceError(path, str(error)) from None
 
 
 @contextlib.contextmanager
