@@ -2,11 +2,19 @@
 nothing but a regular file is ever replaced.
 
 * ``-`` is standard output.
-* A symlink is followed: its target is written, the link stays.
+* A symlink is followed (its target is written, the link stays), unless it stands in a folder
+  that anyone may write (sticky, like ``/tmp``) and belongs neither to this user nor to the
+  folder's owner: the rule by which Linux's ``protected_symlinks`` refuses to follow a link
+  someone else planted there. Such a link is refused.
 * A device, a FIFO or another non-regular file is written straight through (``/dev/null``
   stays a device); a folder is an error.
 * A regular file, or a path where nothing is yet, is written to a temporary name beside it and
   renamed over it.
+* An output is never one of the command's inputs: :func:`refuse_inputs` refuses a path that is
+  (or links to) a trace being read, or that lies in a run folder being recorded.
+
+Files inside a run folder that ``record`` or ``calibrate`` writes go through
+``ddpprof.run_folder`` instead, which never follows a link at all.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,9 +42,68 @@ def is_stdout(path: str | os.PathLike[str] | None) -> bool:
 
 
 def resolve_target(path: str | os.PathLike[str]) -> Path:
-    """The file a write to ``path`` lands in: a symlink's final target, else ``path`` itself."""
+    """The file a write to ``path`` lands in: a symlink's final target, else ``path`` itself.
+    A link someone else planted in a folder anyone may write is an ``OSError``."""
     given = Path(path)
-    return Path(os.path.realpath(given)) if given.is_symlink() else given
+    if not given.is_symlink():
+        return given
+    link = os.lstat(given)
+    folder = os.stat(given.parent)
+    shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
+    if shared and link.st_uid not in (os.geteuid(), folder.st_uid):
+        raise OSError(errno.EPERM, f"a link owned by uid {link.st_uid} in a folder anyone may "
+                                   "write: refusing to follow it", str(path))
+    return Path(os.path.realpath(given))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (which may not exist yet) lies in ``folder`` or below it."""
+    for candidate in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
+        for parent in candidate.parents:
+            if _same_file(parent, folder):
+                return True
+    return False
+
+
+def refuse_inputs(outputs: dict[str, str | os.PathLike[str] | None],
+                  files: Iterable[str | os.PathLike[str]] = (),
+                  folders: Iterable[str | os.PathLike[str]] = (), what: str = "",
+                  runs_under: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """A ``UsageError`` when an output (``{"--json": path}``) would land on one of ``files``
+    (the traces or documents being read), inside one of ``folders`` (run folders being
+    recorded), or inside a subfolder of one of ``runs_under`` (a folder whose subfolders are
+    run folders being recorded): writing it would destroy what the command reads or
+    writes."""
+    given = [(option, Path(path)) for option, path in outputs.items()
+             if path is not None and not is_stdout(path)]
+    if not given:
+        return
+    inputs = [Path(f) for f in files]
+    runs = [Path(f) for f in folders]
+    for option, path in given:
+        try:
+            target = resolve_target(path)
+        except OSError as error:
+            raise UsageError(f"{option} {describe_os_error(path, error)}") from None
+        for source in inputs:
+            if _same_file(target, source):
+                raise UsageError(f"{option} {os.fspath(path)}: is {what or 'an input'} "
+                                 f"({source}); writing it would destroy it")
+        for folder in runs:
+            if _inside(target, folder):
+                raise UsageError(f"{option} {os.fspath(path)}: lies in the run folder "
+                                 f"{folder}, which is being recorded; write it elsewhere")
+        for parent in map(Path, runs_under):
+            if _inside(target, parent) and not _same_file(target.parent, parent):
+                raise UsageError(f"{option} {os.fspath(path)}: lies in a run folder under "
+                                 f"{parent}, which are being recorded; write it elsewhere")
 
 
 def _mode(path: Path) -> int | None:
@@ -137,10 +204,6 @@ def json_text(data: Any) -> str:
     """Standard JSON (RFC 8259): NaN and ±Infinity, which it cannot express, are written as
     null."""
     return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
-
-
-def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
-    write_text(path, json_text(data))
 
 
 def _finite(value: Any) -> Any:

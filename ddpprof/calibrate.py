@@ -19,15 +19,17 @@ machine and backend they were measured on. It says ``running`` while the sweep r
 from __future__ import annotations
 
 import shutil
+import stat
 import statistics
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
-from .atomic import json_text, write_text
+from .atomic import json_text
 from .errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
 from .manifest import Owner, now_iso, owner_is_gone, validation_problem
+from .run_folder import RunFolder
 from .simulate.cost import CostModel, fit_cost, traffic_bytes
 from .trace import discover
 
@@ -38,6 +40,8 @@ WORKER_MODULE = "workloads.calibrate"
 SCHEMA = "ddpprof.calibration"
 DEFAULT_MIN_BYTES = 4 * 2**10
 DEFAULT_MAX_BYTES = 256 * 2**20
+#: What rank 0 hands back: a few numbers per timed call.
+MAX_RESULT_BYTES = 64 * 2**20
 
 Status = Literal["running", "complete", "failed", "interrupted"]
 
@@ -243,8 +247,9 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
     leader = sweep.node_rank == 0
     log = "calibrate.log" if leader else f"calibrate.node{sweep.node_rank}.log"
     target = out / CALIBRATION_NAME
-    with process.SignalGuard() as guard, folders.claim([out]):
-        if target.is_dir():
+    with process.SignalGuard() as guard, folders.claim([out]) as locks:
+        folder = locks.folder(out)
+        if (kind := folder.kind(CALIBRATION_NAME)) is not None and stat.S_ISDIR(kind):
             raise UsageError(f"{target}: a folder is in the way of the calibration file")
         calibration = Calibration(
             status="running", backend=sweep.backend, world_size=sweep.world_size,
@@ -252,10 +257,13 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
             iters=sweep.iters, started=now_iso(), owner=Owner.current())
         try:
             if leader:
-                _write(target, calibration)
-            (out / SWEEP_RESULT).unlink(missing_ok=True)
-            shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)
-            write_text(out / SWEEP_CONFIG, msgspec.json.encode(sweep).decode())
+                _write(folder, calibration)
+            folder.unlink(SWEEP_RESULT)
+            if (kind := folder.kind(ERRORS_DIR)) is not None and stat.S_ISDIR(kind):
+                shutil.rmtree(ERRORS_DIR, dir_fd=folder.fd)
+            else:
+                folder.unlink(ERRORS_DIR)   # a file or a link in the way: never followed
+            folder.write_text(SWEEP_CONFIG, msgspec.json.encode(sweep).decode())
         except OSError as error:
             raise UsageError(describe_os_error(error.filename or out, error)) from None
         process.become_subreaper()  # only now: bad input must leave this process as it was
@@ -264,10 +272,9 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
                        sweep.world_size)
         launched = run_torchrun(
             torchrun_command(sweep, out, "ddpprof-calibrate", WORKER_MODULE, SWEEP_CONFIG),
-            out / log, sweep.backend, sweep.nproc, sweep.timeout_s, guard, progress,
+            folder, log, sweep.backend, sweep.nproc, sweep.timeout_s, guard, progress,
             len(sweep.sizes_bytes))
         calibration.finished, calibration.owner = now_iso(), None
-        result_path = out / SWEEP_RESULT
         if guard.signum is not None:
             calibration.status = "interrupted"
             calibration.error = f"interrupted by {signal_name(guard.signum)}"
@@ -277,26 +284,27 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
                                  f"{sweep.timeout_s:g} s (--timeout-s)")
         elif launched.returncode != 0:
             calibration.status = "failed"
-            error = run_error(out, log, launched.returncode)
+            error = run_error(folder, log, launched.returncode)
             calibration.error = (f"rank {error.rank}: " if error.rank is not None else "") + \
                 error.message
-        elif leader and not result_path.is_file():
+        elif leader and folder.kind(SWEEP_RESULT) is None:
             calibration.status, calibration.error = "failed", "the sweep wrote no result"
         else:
             calibration.status = "complete"
             if leader:
                 try:
-                    result = msgspec.json.decode(result_path.read_bytes(), type=SweepResult)
+                    result = msgspec.json.decode(
+                        folder.read_bytes(SWEEP_RESULT, MAX_RESULT_BYTES), type=SweepResult)
                 except (OSError, msgspec.DecodeError, msgspec.ValidationError) as error:
                     calibration.status = "failed"
                     calibration.error = f"the sweep's result cannot be read ({error})"
                 else:
                     _complete(calibration, result, sweep)
-        result_path.unlink(missing_ok=True)
+        folder.unlink(SWEEP_RESULT)
         progress.finish(calibration.status, None, calibration.error)
         if leader:
             try:
-                _write(target, calibration)
+                _write(folder, calibration)
             except OSError as error:
                 raise RunFailed(describe_os_error(target, error)) from None
     if guard.signum is not None:
@@ -321,5 +329,5 @@ def _complete(calibration: Calibration, result: SweepResult, sweep: Sweep) -> No
         calibration.error = f"no fit: {error}"
 
 
-def _write(path: Path, calibration: Calibration) -> None:
-    write_text(path, json_text(msgspec.to_builtins(calibration)))
+def _write(folder: RunFolder, calibration: Calibration) -> None:
+    folder.write_text(CALIBRATION_NAME, json_text(msgspec.to_builtins(calibration)))

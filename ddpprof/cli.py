@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from . import __version__, options
-from .atomic import check_outputs, is_stdout, json_text, write_text
+from .atomic import check_outputs, is_stdout, json_text, refuse_inputs, write_text
 from .errors import Interrupted, RunFailed, UsageError, describe_os_error
 from .record.config import option_fields
 from .report import table
@@ -61,6 +61,8 @@ def record(variant_spec: str, out: Path, name: str | None, quiet: bool, json_fil
 
     check_outputs(json=json_file, csv=csv_file)
     recording = Recording(parse_variants(variant_spec), RunConfig(**fields), out, name, quiet)
+    refuse_inputs({"--json": json_file, "--csv": csv_file},
+                  folders=[*recording.targets(), *map(recording.run_dir, recording.variants)])
     outcomes = record_runs(recording)
     rows = summary_rows(outcomes)
     _echo_table(table.to_markdown(rows, RECORD_COLUMNS) if markdown
@@ -138,6 +140,10 @@ def analyze(paths: tuple[str, ...], json_file: Path | None, csv_file: Path | Non
                              on_rank=on_rank)
     if show_progress:
         click.echo("\r\033[K", err=True, nl=False)
+    refuse_inputs({"--json": json_file, "--csv": csv_file, "--html": html_target},
+                  files=[*(r.path for run in analysis.runs for r in run.ranks),
+                         *(Path(run.folder) / "run.json" for run in analysis.runs)],
+                  what="a trace being analyzed")
     advice = findings(analysis.runs, cap_advice_for_runs(analysis.runs))
     to_stdout = any(is_stdout(o) for o in (json_file, csv_file))
     click.echo(console.analysis_text(analysis, advice, markdown, per_step), nl=False,
@@ -192,6 +198,8 @@ def gate(current: Path, baseline_file: Path, rules: tuple[str, ...], tolerance: 
     from . import gate as gating
 
     check_outputs(markdown=markdown_file)
+    refuse_inputs({"--markdown": markdown_file}, files=[current, baseline_file],
+                  what="an input of the gate")
     parsed = [gating.parse_rule(text) for text in rules or (gating.DEFAULT_RULE,)]
     now = gating.load_runs(current)
     before = gating.load_runs(baseline_file, must_be_json=True)
@@ -250,6 +258,8 @@ def bench(models: str, variant_spec: str, nprocs: list[int], repeats: int, steps
     json_file = json_file or out / "bench.json"
     html_target = _html_target(html_file, "bench")
     check_outputs(json=json_file, csv=csv_file, html=html_target)
+    refuse_inputs({"--json": json_file, "--csv": csv_file, "--html": html_target},
+                  runs_under=[out])
     base = Recording(variants, RunConfig(model=model_list[0], nproc=max(nprocs), steps=steps,
                                          global_batch=global_batch, backend=backend,
                                          profile=False), out=out, quiet=quiet)
@@ -298,7 +308,10 @@ def memory(run_paths: tuple[Path, ...], model: str | None, model_path: Path | No
         if model or model_path or world_size or precision or optimizer:
             raise UsageError("give RUN folders, or --model/--model-path with --world-size; "
                              "a run's model, world size, precision and optimizer are its own")
-        runs = [estimator.compare_run(path) for path in estimator.find_runs(list(run_paths))]
+        found = estimator.find_runs(list(run_paths))
+        refuse_inputs({"--json": json_file}, files=[path / "run.json" for path in found],
+                      what="a run's manifest")
+        runs = [estimator.compare_run(path) for path in found]
         rows, columns = estimator.comparison_rows(runs)
         click.echo(render(rows, columns), nl=False)
         worst = max(runs, key=lambda run: max(abs(r.error_pct) for r in run.ranks))
@@ -365,6 +378,10 @@ def simulate(run_path: Path, sizes_mib: list[float], world_sizes: list[int] | No
         raise UsageError("--calibration, or --bandwidth-gbps with --latency-us: not both")
     html_target = _html_target(html_file, "simulate")
     check_outputs(json=json_file, html=html_target)
+    refuse_inputs({"--json": json_file, "--html": html_target},
+                  files=[*(f for f in (measured_file, calibration_file) if f),
+                         *(run_path.glob("*.json*") if run_path.is_dir() else [run_path])],
+                  what="an input of simulate")
     info = is_stdout(json_file)
 
     def note(text: str) -> None:
@@ -423,6 +440,7 @@ def calibrate(backend: str, nproc: int, nnodes: int, node_rank: int, rdzv_endpoi
 
     html_target = _html_target(html_file, "calibration")
     check_outputs(html=html_target)
+    refuse_inputs({"--html": html_target}, folders=[out])
     sweep = calibration.Sweep(
         backend=backend, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint, timeout_s=timeout_s,
@@ -480,6 +498,8 @@ def sweep(variant_spec: str, sizes_mib: list[float], model: str, nproc: int, ste
 
     html_target = _html_target(html_file, "sweep")
     check_outputs(json=json_file, csv=csv_file, html=html_target)
+    refuse_inputs({"--json": json_file, "--csv": csv_file, "--html": html_target},
+                  runs_under=[out])
     base = Recording(parse_variants(variant_spec),
                      RunConfig(model=model, nproc=nproc, steps=steps, global_batch=global_batch,
                                backend=backend), out=out, quiet=quiet)

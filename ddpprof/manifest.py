@@ -263,9 +263,9 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def now_iso() -> str:
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -28,8 +28,8 @@ import msgspec
 import torch
 import torch.distributed as dist
 
-from ddpprof.atomic import write_text
 from ddpprof.calibrate import SWEEP_CONFIG, SWEEP_RESULT, Sweep, SweepResult
+from ddpprof.run_folder import RunFolder
 
 from .train import _device_for, _device_name, errors_recorded
 
@@ -54,7 +54,7 @@ def time_all_reduce(buffer: torch.Tensor, calls: int, device: torch.device) -> l
     return times
 
 
-def run(sweep: Sweep, out: Path) -> None:
+def run(sweep: Sweep, folder: RunFolder) -> None:
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device = _device_for(sweep.backend, local_rank)
     dist.init_process_group(sweep.backend, timeout=timedelta(seconds=sweep.timeout_s),
@@ -79,7 +79,7 @@ def run(sweep: Sweep, out: Path) -> None:
         result = SweepResult(world_size=world, hostname=socket.gethostname(), cores=cores,
                              devices=devices, threads_per_rank=torch.get_num_threads(),
                              torch_version=str(torch.__version__), times_us=slowest)
-        write_text(out / SWEEP_RESULT, msgspec.json.encode(result).decode())
+        folder.write_text(SWEEP_RESULT, msgspec.json.encode(result).decode())
     dist.barrier()
     dist.destroy_process_group()
 
@@ -89,9 +89,10 @@ def main(argv: list[str] | None = None) -> None:
     if len(args) != 1:
         sys.exit(f"usage: python -m workloads.calibrate OUT/{SWEEP_CONFIG}")
     config_path = Path(args[0])
-    sweep = msgspec.json.decode(config_path.read_bytes(), type=Sweep)
-    with errors_recorded(config_path.parent):
-        run(sweep, config_path.parent)
+    with errors_recorded(config_path.parent) as folder:
+        sweep = msgspec.json.decode(folder.read_bytes(config_path.name, 1024 * 1024),
+                                    type=Sweep)
+        run(sweep, folder)
 
 
 if __name__ == "__main__":

@@ -139,12 +139,11 @@ class MemoryProbe:
             self.state = state_bytes(self.model, self.optimizer)
         self.steps_seen += 1
 
-    def figures(self, rank: int, trace_path: Path | None) -> dict[str, Any]:
-        """This rank's row of ``run.json``'s ``memory``."""
+    def figures(self, rank: int, peaks: ProfiledPeaks) -> dict[str, Any]:
+        """This rank's row of ``run.json``'s ``memory`` (``peaks``: from its trace, when
+        profiled)."""
         if self.state is None:
             raise RuntimeError(f"optimizer step {self.sample_at_step} never ran")
-        peaks = (profiled_peaks(trace_path, self.device)
-                 if trace_path is not None and trace_path.is_file() else ProfiledPeaks(None, None))
         cuda = self.device.type == "cuda"
         return {
             "rank": rank,

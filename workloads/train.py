@@ -18,9 +18,12 @@ if __name__ == "__main__":
     die_with_launcher()
 
 import gc
+import gzip
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Iterator
@@ -32,16 +35,16 @@ import msgspec
 import torch
 import torch.distributed as dist
 
-from ddpprof.atomic import atomic_path, write_text
 from ddpprof.manifest import BucketRecord
 from ddpprof.record.config import CONFIG_FILE, RunConfig
 from ddpprof.record.failure import ERRORS_DIR
 from ddpprof.record.measurements import WORKER_RESULT, WorkerResult
+from ddpprof.run_folder import RunFolder
 from ddpprof.variants import make_variant
 from ddpprof.variants.base import DataParallel
 
 from .data import BatchSource, build_data, checkpoint_tokenizer, shard
-from .memory import MemoryProbe, gather_figures
+from .memory import MemoryProbe, ProfiledPeaks, gather_figures, profiled_peaks
 from .models import build_model, compute_loss, count_parameters
 
 #: Test seam: "RANK:STEP" makes that rank raise at that step, to exercise failure handling.
@@ -160,7 +163,22 @@ def _device_name(device: torch.device) -> str:
     return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def run(config: RunConfig, run_dir: Path) -> None:
+def export_trace_into(folder: RunFolder, name: str, prof: torch.profiler.profile,
+                      device: torch.device) -> ProfiledPeaks:
+    """Write the profiler's Chrome trace as ``folder/name`` (gzip), and return the memory peaks
+    it holds. The profiler writes plain JSON to a private temporary folder first; the run
+    folder only ever sees the finished file, renamed into place (``ddpprof.run_folder``)."""
+    with tempfile.TemporaryDirectory(prefix="ddpprof-trace-") as private:
+        plain = Path(private) / "trace.json"
+        prof.export_chrome_trace(str(plain))
+        peaks = profiled_peaks(plain, device)
+        with folder.replacing(name) as stream, open(plain, "rb") as source, \
+                gzip.GzipFile(filename="", mode="wb", fileobj=stream, compresslevel=6) as packed:
+            shutil.copyfileobj(source, packed, 4 * 1024 * 1024)
+    return peaks
+
+
+def run(config: RunConfig, folder: RunFolder) -> None:
     distributed = config.variant != "single"
     rank = int(os.environ.get("RANK", 0)) if distributed else 0
     local_rank = int(os.environ.get("LOCAL_RANK", 0)) if distributed else 0
@@ -183,11 +201,11 @@ def run(config: RunConfig, run_dir: Path) -> None:
                       tokenizer_path=config.tokenizer or checkpoint_tokenizer(config.model_path),
                       seed=config.seed)
 
-    trace_path = run_dir / trace_file_name(rank)
+    peaks = ProfiledPeaks(None, None)
 
     def export_trace(prof: torch.profiler.profile) -> None:
-        with atomic_path(trace_path) as tmp:
-            prof.export_chrome_trace(str(tmp))
+        nonlocal peaks
+        peaks = export_trace_into(folder, trace_file_name(rank), prof, device)
 
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
@@ -215,8 +233,7 @@ def run(config: RunConfig, run_dir: Path) -> None:
                        sync_clock=sync_clock, on_step_end=on_step_end)
 
     # Everything below runs after profiling, so averaging the loss cannot show up in a trace.
-    memory_per_rank = gather_figures(
-        memory.figures(rank, trace_path if profiler is not None else None), distributed)
+    memory_per_rank = gather_figures(memory.figures(rank, peaks), distributed)
     step_losses = torch.stack(losses).float()
     step_times = torch.tensor(clock.durations_s(), dtype=torch.float64, device=device)
     sync_times = torch.tensor(sync_clock.durations_s(), dtype=torch.float64, device=device)
@@ -238,32 +255,37 @@ def run(config: RunConfig, run_dir: Path) -> None:
             step_wall_s=step_times.tolist(), step_sync_s=sync_times.tolist(),
             step_loss=step_losses.tolist(),
             seq_len=config.seq_len if info.is_language_model else None)
-        write_text(run_dir / WORKER_RESULT, msgspec.json.encode(result).decode())
+        folder.write_text(WORKER_RESULT, msgspec.json.encode(result).decode())
     if distributed:
         dist.barrier()
         dist.destroy_process_group()
 
 
 @contextmanager
-def errors_recorded(run_dir: Path) -> Iterator[None]:
-    """Writes any error but an interrupt to the run's errors folder, where ``record`` finds
-    the failing rank, then raises it again."""
+def errors_recorded(run_dir: Path) -> Iterator[RunFolder]:
+    """Opens the run folder as the launcher left it (``RunFolder.for_rank``) and writes any
+    error but an interrupt to its errors folder, where ``record`` finds the failing rank, then
+    raises it again."""
+    folder = RunFolder.for_rank(run_dir)
     try:
-        yield
+        yield folder
     except BaseException as error:
         if not isinstance(error, KeyboardInterrupt):
-            _write_error(run_dir, error)
+            _write_error(folder, error)
         raise
+    finally:
+        folder.close()
 
 
-def _write_error(run_dir: Path, error: BaseException) -> None:
+def _write_error(folder: RunFolder, error: BaseException) -> None:
     rank = int(os.environ.get("RANK", 0))
-    write_text(run_dir / ERRORS_DIR / f"rank{rank}.json", msgspec.json.encode({
+    with folder.subfolder(ERRORS_DIR) as errors:
+        errors.write_text(f"rank{rank}.json", msgspec.json.encode({
         "rank": rank,
         "time": time.time(),
         "error": f"{type(error).__name__}: {error}".strip().splitlines()[0],
         "traceback": traceback.format_exc(),
-    }).decode())
+        }).decode())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -271,9 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     if len(args) != 1:
         sys.exit(f"usage: python -m workloads.train RUN_FOLDER/{CONFIG_FILE}")
     config_path = Path(args[0])
-    config = RunConfig.read(config_path)
-    with errors_recorded(config_path.parent):
-        run(config, config_path.parent)
+    with errors_recorded(config_path.parent) as folder:
+        run(RunConfig.from_json(folder.read_bytes(config_path.name, 1024 * 1024)), folder)
         # Variants' hooks hold reference cycles; freed at interpreter shutdown, a gloo rank now
         # and then aborts ("terminate called without an active exception").
         gc.collect()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class AnalysisOptions:
     scheduler: str | None = None       # a Dask scheduler's address: analyze there
 
 
-class LastStep(str, Enum):
+class LastStep(StrEnum):
     """Which events a rank's analysis covers, decided per run as HTA 0.5.0 does."""
 
     DROPPED = "dropped"                # 2+ ProfilerSteps named: all but the last

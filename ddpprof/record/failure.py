@@ -12,17 +12,22 @@ starting the ranks) does the earliest error a rank wrote stand in.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..errors import signal_name
 from ..manifest import RunError
+from ..run_folder import RunFolder
 
 ERRORS_DIR = ".errors"
 #: How much of the end of torchrun's log is searched for its report.
 LOG_TAIL_BYTES = 256 * 1024
+#: A rank's error file holds one message and one traceback.
+ERROR_FILE_BYTES = 4 * 1024 * 1024
+_ERROR_FILE = re.compile(r"^rank\d+\.json$")
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[\d+\]:\s*\n"
                          r"(?P<body>(?:[ \t]+.*\n?)+)")
@@ -50,31 +55,46 @@ def root_cause(log_text: str) -> RootCause | None:
     return RootCause(int(rank.group(1)), int(exitcode.group(1)))
 
 
-def rank_errors(run_dir: Path) -> dict[int, dict[str, Any]]:
-    """The errors ranks wrote before exiting, by rank."""
+def rank_errors(folder: RunFolder) -> dict[int, dict[str, Any]]:
+    """The errors ranks wrote before exiting, by rank (read without following links)."""
     errors = {}
-    for path in (run_dir / ERRORS_DIR).glob("rank*.json"):
-        try:
-            error = json.loads(path.read_text())
-            errors[int(error["rank"])] = error
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+    if folder.kind(ERRORS_DIR) is None:
+        return errors
+    try:
+        written = folder.subfolder(ERRORS_DIR)
+    except OSError:
+        return errors
+    with written:
+        for name in sorted(os.listdir(written.fd)):
+            if not _ERROR_FILE.match(name):
+                continue
+            try:
+                error = json.loads(written.read_bytes(name, ERROR_FILE_BYTES))
+                errors[int(error["rank"])] = error
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
     return errors
 
 
-def read_log_tail(path: Path) -> str:
+def read_log_tail(folder: RunFolder, name: str) -> str:
+    """The last ``LOG_TAIL_BYTES`` of a log in ``folder`` (never through a link)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        with open(path, "rb") as log:
-            log.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
-            return log.read().decode("utf-8", "replace")
+        descriptor = os.open(name, flags, dir_fd=folder.fd)
     except OSError:
         return ""
+    with os.fdopen(descriptor, "rb") as log:
+        found = os.fstat(descriptor)
+        if not stat.S_ISREG(found.st_mode):
+            return ""
+        log.seek(max(0, found.st_size - LOG_TAIL_BYTES))
+        return log.read(LOG_TAIL_BYTES).decode("utf-8", "replace")
 
 
-def run_error(run_dir: Path, log_name: str, returncode: int) -> RunError:
+def run_error(folder: RunFolder, log_name: str, returncode: int) -> RunError:
     """The error of a run whose torchrun exited with ``returncode``."""
-    log_text = read_log_tail(run_dir / log_name)
-    errors = rank_errors(run_dir)
+    log_text = read_log_tail(folder, log_name)
+    errors = rank_errors(folder)
     cause = root_cause(log_text)
     if cause is not None:
         written = errors.get(cause.rank)

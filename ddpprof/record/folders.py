@@ -21,12 +21,11 @@ import os
 import re
 import shutil
 import socket
-import tempfile
 from pathlib import Path
-from typing import IO
 
 from ..errors import UsageError
 from ..manifest import MANIFEST_NAME, owner_is_gone
+from ..run_folder import RunFolder
 from ..trace.discover import is_trace_file
 from .failure import ERRORS_DIR
 
@@ -37,42 +36,56 @@ _RUN_FILE = re.compile(r"^(?:run\.json|launcher(?:\.node\d+)?\.log|rank\d+\.pt\.
 
 
 class FolderLocks:
-    """Exclusive locks on run folders, held by this process until ``release``."""
+    """Exclusive locks on run folders, held by this process until ``release``, and the folders
+    themselves, open (``ddpprof.run_folder``): every file of a run is written through them."""
 
     def __init__(self) -> None:
-        self._held: dict[Path, IO[str]] = {}
+        self._held: dict[tuple[int, int], tuple[RunFolder, int]] = {}
+        self._paths: dict[str, tuple[int, int]] = {}
 
-    def lock(self, folder: Path) -> None:
-        key = folder.resolve()
-        if key in self._held:
-            return
+    def lock(self, folder: Path) -> RunFolder:
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=folder)
-            os.close(fd)
-            os.unlink(probe)
-            handle = open(folder / LOCK_NAME, "a+")  # noqa: SIM115 (held until release)
+            opened = RunFolder(folder)
         except OSError as error:
             raise UsageError(f"{folder}: output folder cannot be written "
                              f"({error.strerror or error})") from None
+        if opened.identity in self._held:   # the same folder by another name
+            opened.close()
+            self._paths[os.path.abspath(folder)] = opened.identity
+            return self._held[opened.identity][0]
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with opened.replacing(".tmp-probe"):   # can files be made here?
+                pass
+            opened.unlink(".tmp-probe")
+            descriptor = opened.open_lock(LOCK_NAME)
+        except OSError as error:
+            opened.close()
+            raise UsageError(f"{error.filename or folder}: output folder cannot be written "
+                             f"({error.strerror or error})") from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip()
-            handle.close()
+            holder = os.pread(descriptor, 512, 0).decode("utf-8", "replace").strip()
+            os.close(descriptor)
+            opened.close()
             raise UsageError(f"{folder}: in use by another ddpprof record"
                              + (f" ({holder})" if holder else "")) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        handle.flush()
-        self._held[key] = handle
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        self._held[opened.identity] = (opened, descriptor)
+        self._paths[os.path.abspath(folder)] = opened.identity
+        return opened
+
+    def folder(self, path: Path) -> RunFolder:
+        """The open folder of ``path`` (locked before)."""
+        return self._held[self._paths[os.path.abspath(path)]][0]
 
     def release(self) -> None:
-        for handle in self._held.values():
-            handle.close()  # closing the only descriptor releases the flock
+        for opened, descriptor in self._held.values():
+            os.close(descriptor)  # closing the only descriptor releases the flock
+            opened.close()
         self._held.clear()
+        self._paths.clear()
 
 
 @contextlib.contextmanager
@@ -80,7 +93,7 @@ def claim(folders: list[Path]):
     """Lock ``folders`` (in a fixed order, so two recorders cannot deadlock) for the block."""
     locks = FolderLocks()
     try:
-        for folder in sorted(set(folders), key=lambda p: str(p.resolve())):
+        for folder in sorted(set(folders), key=os.path.abspath):
             locks.lock(folder)
         yield locks
     finally:

@@ -8,6 +8,7 @@ run alive (see ``process``). If this process itself is killed outright, the mani
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -20,10 +21,11 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ..atomic import json_text, write_text
+from ..atomic import json_text
 from ..errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
 from ..manifest import (
     MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
     SCHEMA_VERSION,
     ManifestConfig,
     Owner,
@@ -35,6 +37,7 @@ from ..manifest import (
 )
 from ..options import check_run_name
 from ..progress import Progress
+from ..run_folder import FOLDER_ID_ENV, RunFolder
 from ..variants import VARIANT_NAMES, VARIANTS
 from . import folders, measurements, process
 from .config import CONFIG_FILE, RunConfig
@@ -196,7 +199,7 @@ def record(recording: Recording) -> list[RunOutcome]:
     backend = resolve_backend(recording.config.backend)
     leader = recording.config.node_rank == 0  # other nodes' launchers only add their logs
     run_dirs = [recording.run_dir(v) for v in recording.variants]
-    with process.SignalGuard() as guard, \
+    with process.SignalGuard() as guard, contextlib.ExitStack() as stack, \
             folders.claim([*recording.targets(), *run_dirs] if leader else []) as locks:
         if leader:
             for target in recording.targets():
@@ -211,7 +214,9 @@ def record(recording: Recording) -> list[RunOutcome]:
             run_dir = recording.run_dir(variant)
             progress.start(variant, run_dir, config.world_size)
             try:
-                outcome = record_one(recording, config, run_dir, progress, guard)
+                folder = locks.folder(run_dir) if leader else stack.enter_context(
+                    RunFolder(run_dir))
+                outcome = record_one(recording, config, folder, progress, guard)
             except OSError as error:
                 message = describe_os_error(error.filename or run_dir, error)
                 raise (RunFailed if outcomes else UsageError)(message) from None
@@ -224,34 +229,33 @@ def record(recording: Recording) -> list[RunOutcome]:
     return outcomes
 
 
-def record_one(recording: Recording, config: RunConfig, run_dir: Path, progress: Progress,
+def record_one(recording: Recording, config: RunConfig, folder: RunFolder, progress: Progress,
                guard: process.SignalGuard) -> RunOutcome:
-    """Run ``config`` through torchrun into ``run_dir`` and return its finished manifest.
+    """Run ``config`` through torchrun into ``folder`` and return its finished manifest.
 
     An ``OSError`` before the launch (the run folder cannot be written) propagates with
     nothing started; after the launch the run is always finished and marked first."""
+    run_dir = folder.path
     writes_manifest = config.node_rank == 0
-    manifest_path = run_dir / MANIFEST_NAME
     command = torchrun_command(config, run_dir, recording.name or run_dir.name)
     manifest = RunManifest(schema_version=SCHEMA_VERSION, status="running", run=run_dir.name,
                            started=now_iso(), config=manifest_config(config),
                            command=command, owner=Owner.current())
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_text(run_dir / CONFIG_FILE, config.to_json().decode())
+    folder.write_text(CONFIG_FILE, config.to_json().decode())
     if writes_manifest:
-        write_manifest(manifest_path, manifest)
+        write_manifest(folder, manifest)
 
-    launched = run_torchrun(command, run_dir / recording.log_name, config.backend,
+    launched = run_torchrun(command, folder, recording.log_name, config.backend,
                             config.nproc, config.timeout_s, guard, progress, config.steps)
-    finish_manifest(manifest, recording, config, run_dir, launched.returncode, guard.signum,
+    finish_manifest(manifest, recording, config, folder, launched.returncode, guard.signum,
                     launched.rendezvous_expired, launched.elapsed_s)
     if writes_manifest:
         try:
-            write_manifest(manifest_path, manifest)
+            write_manifest(folder, manifest)
         except OSError as error:
+            where = error.filename or run_dir / MANIFEST_NAME
             raise RunFailed(f"{config.variant} ran, but its manifest could not be written: "
-                            f"{describe_os_error(error.filename or manifest_path, error)}"
-                            ) from None
+                            f"{describe_os_error(where, error)}") from None
     return RunOutcome(config.variant, run_dir, manifest)
 
 
@@ -264,21 +268,25 @@ class Launched:
     elapsed_s: float
 
 
-def run_torchrun(command: list[str], log_path: Path, backend: str, nproc: int,
-                 timeout_s: float, guard: process.SignalGuard, progress: Progress,
+def run_torchrun(command: list[str], folder: RunFolder, log_name: str, backend: str,
+                 nproc: int, timeout_s: float, guard: process.SignalGuard, progress: Progress,
                  steps: int) -> Launched:
-    """Run ``command`` (``torchrun_command``) to its end, its output in ``log_path``: torchrun
+    """Run ``command`` (``torchrun_command``) to its end, its output in ``folder``'s log
+    ``log_name`` (the ranks check that they write into ``folder``, not a folder that took its
+    place): torchrun
     dies with this process, gets the signals ``guard`` forwards, is killed when no rank has
     started ``timeout_s`` after the launch, and whatever it leaves is killed and reaped before
     this returns. ``progress`` follows rank 0's ``ddpprof-step k/steps`` lines."""
     # PYTHONSAFEPATH: a folder named workloads (or torch) in the working directory must not
     # stand in for the installed one.
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
-               **{process.LAUNCHER_PID_ENV: str(os.getpid())})
+               **{process.LAUNCHER_PID_ENV: str(os.getpid()),
+                  FOLDER_ID_ENV: folder.identity_text})
     if backend == "gloo":
         env["OMP_NUM_THREADS"] = str(threads_per_rank(nproc))
     started = time.monotonic()
-    with open(log_path, "w") as log:
+    log_path = folder.path / log_name
+    with folder.new_file(log_name) as log:
         torchrun = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                                     preexec_fn=process.preexec_die_with_parent())
@@ -296,15 +304,15 @@ def run_torchrun(command: list[str], log_path: Path, backend: str, nproc: int,
 
 
 def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConfig,
-                    run_dir: Path, returncode: int, signum: int | None, rendezvous_expired: bool,
-                    elapsed_s: float) -> None:
+                    folder: RunFolder, returncode: int, signum: int | None,
+                    rendezvous_expired: bool, elapsed_s: float) -> None:
     """Give the manifest of a run whose processes are all gone its final status."""
+    run_dir = folder.path
     for leftover in run_dir.glob(".tmp-*"):  # a rank stopped mid-write
         leftover.unlink(missing_ok=True)
     manifest.elapsed_s = round(elapsed_s, 3)
     manifest.finished = now_iso()
     manifest.traces = sorted(p.name for p in run_dir.glob("rank*.pt.trace.json.gz"))
-    result_path = run_dir / measurements.WORKER_RESULT
     log = recording.log_name
     # On one node every rank's trace is here; other nodes write theirs on their own disks.
     traced = {int(name[len("rank"):].split(".")[0]) for name in manifest.traces}
@@ -321,16 +329,23 @@ def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConf
                                           f"within {config.timeout_s:g} s (--timeout-s)", log=log)
     elif returncode != 0:
         manifest.status = "failed"
-        manifest.error = run_error(run_dir, log, returncode)
+        manifest.error = run_error(folder, log, returncode)
     elif missing:
         manifest.status = "failed"
         manifest.error = RunError(message=f"torchrun succeeded, but rank(s) {missing} wrote "
                                           "no trace", log=log)
     else:
         manifest.status = "complete"
-        if result_path.is_file():
-            add_measurements(manifest, read_worker_result(result_path), config)
-    result_path.unlink(missing_ok=True)
+        try:
+            result = read_worker_result(folder)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as error:
+            manifest.status = "failed"
+            manifest.error = RunError(message=f"rank 0's result ({measurements.WORKER_RESULT}) "
+                                              f"cannot be read: {error}", log=log)
+        else:
+            if result is not None:
+                add_measurements(manifest, result, config)
+    folder.unlink(measurements.WORKER_RESULT)
 
 
 class Watchdog:
@@ -374,8 +389,13 @@ def manifest_config(config: RunConfig) -> ManifestConfig:
         torch_version=_torch_version())
 
 
-def read_worker_result(path: Path) -> measurements.WorkerResult:
-    return msgspec.json.decode(path.read_bytes(), type=measurements.WorkerResult)
+def read_worker_result(folder: RunFolder) -> measurements.WorkerResult | None:
+    """What rank 0 handed over, or None when it wrote nothing."""
+    try:
+        data = folder.read_bytes(measurements.WORKER_RESULT, MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        return None
+    return msgspec.json.decode(data, type=measurements.WorkerResult)
 
 
 def add_measurements(manifest: RunManifest, result: measurements.WorkerResult,
@@ -397,8 +417,8 @@ def add_measurements(manifest: RunManifest, result: measurements.WorkerResult,
                                                   result.seq_len)
 
 
-def write_manifest(path: Path, manifest: RunManifest) -> None:
-    write_text(path, json_text(msgspec.to_builtins(manifest)))
+def write_manifest(folder: RunFolder, manifest: RunManifest) -> None:
+    folder.write_text(MANIFEST_NAME, json_text(msgspec.to_builtins(manifest)))
 
 
 def _samples_per_s(manifest: RunManifest) -> float | None:

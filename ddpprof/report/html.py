@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import plotly.graph_objects as go
@@ -60,7 +60,7 @@ def _embed(fig: go.Figure) -> str:
 
 
 def _generated() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _layout(fig: go.Figure, title: str, **kwargs: Any) -> go.Figure:
