@@ -19,9 +19,11 @@ def hta_numbers(folder: Path, keep_last_step: bool) -> dict:
     from hta.trace_analysis import TraceAnalysis
 
     with tempfile.TemporaryDirectory(prefix="hta-") as tmp:
-        # HTA reads every JSON file of a folder: give it the traces alone
+        # HTA reads every JSON file of a folder, hidden ones too (a run's .config.json):
+        # give it the traces alone
         for path in folder.iterdir():
-            if path.name.endswith((".json", ".json.gz")) and path.name != "run.json":
+            if (path.name.endswith((".json", ".json.gz")) and path.name != "run.json"
+                    and not path.name.startswith(".")):
                 (Path(tmp) / path.name).symlink_to(path.resolve())
         analysis = TraceAnalysis(trace_dir=tmp, include_last_profiler_step=keep_last_step)
         temporal = analysis.get_temporal_breakdown(visualize=False)
