@@ -169,10 +169,11 @@ def runs_of(document: Any, source: str) -> list[GateRun]:
         except msgspec.ValidationError as error:
             raise UsageError(f"{source}: runs[{index}]: {validation_problem(error)}") from None
         if fields.run in seen:
-            first = decoded.runs[seen[fields.run]]
-            raise UsageError(f"{source}: two runs are named {fields.run!r}: runs[{seen[fields.run]}]"
-                             f" ({first.get('folder') or 'no folder'}) and runs[{index}] "
-                             f"({row.get('folder') or 'no folder'}); a gate needs unique names")
+            before = seen[fields.run]
+            raise UsageError(
+                f"{source}: two runs are named {fields.run!r}: runs[{before}] "
+                f"({decoded.runs[before].get('folder') or 'no folder'}) and runs[{index}] "
+                f"({row.get('folder') or 'no folder'}); a gate needs unique names")
         seen[fields.run] = index
         if (where := _non_finite(row)) is not None:
             raise UsageError(f"{source}: run {fields.run!r}: {where} is not a finite number")
@@ -274,7 +275,7 @@ class Verdict:
 
 
 
-COLUMNS = [Column("rule"), Column("run", max_width=24), Column("baseline"), Column("current"),
+COLUMNS = [Column("rule"), Column("run"), Column("baseline"), Column("current"),
            Column("threshold"), Column("verdict")]
 REPEAT_COLUMNS = [Column("baseline_repeats"), Column("current_repeats")]
 

@@ -35,7 +35,7 @@ import msgspec
 
 from .errors import UsageError
 from .manifest import MANIFEST_NAME, MemoryRow, RunManifest, read_manifest
-from .report.table import Column, Table
+from .report.table import Column, Table, columns
 from .variants import VARIANTS
 
 PRECISIONS = ("fp32", "bf16-mixed")
@@ -248,7 +248,7 @@ def _unit(largest_bytes: float) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class EstimateRow:
-    """One stage of one model at one world size; sizes in the table's unit (MiB or GiB)."""
+    """One stage of one model at one world size."""
 
     model: str
     world_size: int
@@ -256,67 +256,59 @@ class EstimateRow:
     optimizer: str
     stage: str
     formula: str
-    params: float
-    grads: float
-    optimizer_state: float
-    total: float
-    comm_per_step: float
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    total_bytes: int
+    comm_bytes_per_step: float
+
+
+def _sizes(unit: str, scale: int, *keys: str, wide: bool = False) -> list[Column]:
+    """Byte columns shown in ``unit`` (``params_bytes`` as ``params_mib``)."""
+    return [Column(key, key.replace("bytes", unit), wide=wide, scale=scale) for key in keys]
 
 
 def estimates_table(estimates: list[tuple[str, StageEstimate]]) -> Table:
     """(model label, estimate) pairs as a table, sizes in GiB when one reaches a GiB."""
     unit, scale = _unit(max((e.total_bytes for _, e in estimates), default=0))
     rows = [EstimateRow(label, e.world_size, e.precision, e.optimizer, e.name, e.formula,
-                        e.params_bytes / scale, e.grads_bytes / scale,
-                        e.optimizer_bytes / scale, e.total_bytes / scale,
-                        e.comm_bytes_per_step / scale) for label, e in estimates]
-    return Table([Column("model"), Column("world_size", "N"), Column("precision"),
-                  Column("optimizer"), Column("stage"), Column("formula"),
-                  Column("params", f"params_{unit}"), Column("grads", f"grads_{unit}"),
-                  Column("optimizer_state", f"optimizer_{unit}"),
-                  Column("total", f"total_{unit}"),
-                  Column("comm_per_step", f"comm_{unit}_per_step")], rows)
+                        e.params_bytes, e.grads_bytes, e.optimizer_bytes, e.total_bytes,
+                        e.comm_bytes_per_step) for label, e in estimates]
+    return Table([*columns("model", "world_size", "precision", "optimizer", "stage", "formula"),
+                  *_sizes(unit, scale, "total_bytes", "comm_bytes_per_step"),
+                  *_sizes(unit, scale, "params_bytes", "grads_bytes", "optimizer_bytes",
+                          wide=True)], rows)
 
 
 @dataclass(frozen=True)
 class ComparisonRow:
-    """One rank of a recorded run: the estimate beside what it measured (table's unit)."""
+    """One rank of a recorded run: the estimate beside what it measured."""
 
     run: str
     variant: str
     stage: str
     rank: int
-    estimated: float
-    measured: float
+    estimated_bytes: int
+    measured_bytes: int
     error_pct: float
-    params: float | None
-    grads: float | None
-    optimizer_state: float | None
-    step_peak_rise: float | None
-    peak_rss: float | None
+    params_bytes: int | None
+    grads_bytes: int | None
+    optimizer_bytes: int | None
+    step_peak_rise_bytes: int | None
+    peak_rss_bytes: int | None
 
 
 def comparisons_table(runs: list[RunComparison]) -> Table:
     unit, scale = _unit(max((r.measured_bytes for run in runs for r in run.ranks), default=0))
-
-    def scaled(value: int | None) -> float | None:
-        return None if value is None else value / scale
-
-    rows = [ComparisonRow(run.run, run.variant, run.estimate.name, r.rank,
-                          r.estimated_bytes / scale, r.measured_bytes / scale, r.error_pct,
-                          scaled(r.measured.params_bytes), scaled(r.measured.grads_bytes),
-                          scaled(r.measured.optimizer_bytes),
-                          scaled(r.measured.step_peak_rise_bytes),
-                          scaled(r.measured.peak_rss_bytes))
+    rows = [ComparisonRow(run.run, run.variant, run.estimate.name, r.rank, r.estimated_bytes,
+                          r.measured_bytes, r.error_pct, r.measured.params_bytes,
+                          r.measured.grads_bytes, r.measured.optimizer_bytes,
+                          r.measured.step_peak_rise_bytes, r.measured.peak_rss_bytes)
             for run in runs for r in run.ranks]
-    return Table([Column("run", max_width=24), Column("variant"), Column("stage"),
-                  Column("rank"), Column("estimated", f"estimated_{unit}"),
-                  Column("measured", f"measured_{unit}"), Column("error_pct"),
-                  Column("params", f"params_{unit}", wide=True),
-                  Column("grads", f"grads_{unit}", wide=True),
-                  Column("optimizer_state", f"optimizer_{unit}", wide=True),
-                  Column("step_peak_rise", f"step_peak_rise_{unit}", wide=True),
-                  Column("peak_rss", f"peak_rss_{unit}", wide=True)], rows)
+    return Table([Column("run", max_width=24), *columns("variant", "stage", "rank"),
+                  *_sizes(unit, scale, "estimated_bytes", "measured_bytes"), Column("error_pct"),
+                  *_sizes(unit, scale, "params_bytes", "grads_bytes", "optimizer_bytes",
+                          "step_peak_rise_bytes", "peak_rss_bytes", wide=True)], rows)
 
 
 class StageDocument(msgspec.Struct, kw_only=True):

@@ -177,7 +177,7 @@ TIMEOUT_S = FiniteFloat(min=0, max=7 * 24 * 3600, min_open=True)
 WORLD_SIZE = click.IntRange(min=1, max=1 << 20)
 RUN_NAME = RunName()
 ENDPOINT = Endpoint()
-OUTPUT = click.Path(path_type=Path, dir_okay=False, allow_dash=True)
+OUTPUT = click.Path(path_type=Path, allow_dash=True)
 FOLDER = click.Path(path_type=Path)
 
 

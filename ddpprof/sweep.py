@@ -43,10 +43,12 @@ class SweepRow:
     error: str | None = None
 
 
-COLUMNS: list[Column] = columns(
-    "variant", "bucket_cap_mib", "status", "buckets", "step_ms", "overlap_pct",
-    "all_reduce_calls_per_step", "exposed_comm_ms_per_step",
-    wide=("model", "nproc", "samples_per_s", "run", "error"))
+COLUMNS: list[Column] = [
+    Column("variant"), Column("bucket_cap_mib", "cap_mib"), Column("status"),
+    Column("buckets"), Column("step_ms"), Column("overlap_pct", "overlap_%"),
+    Column("all_reduce_calls_per_step", "calls/step"),
+    Column("exposed_comm_ms_per_step", "exposed_ms/step"),
+    *columns(wide=("model", "nproc", "samples_per_s", "run", "error"))]
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def test_non_editable_install_records_from_an_unrelated_folder(tmp_path):
     where = subprocess.run(
         [python, "-c", "import ddpprof, workloads, importlib.resources as r;"
          "print(ddpprof.__file__); print(workloads.__file__);"
-         "print((r.files('ddpprof') / 'templates' / 'table.md.j2').is_file());"
+         "print((r.files('ddpprof') / 'templates' / 'report.html.j2').is_file());"
          "print((r.files('workloads') / 'sample_data' / 'tiny_corpus.jsonl').is_file())"],
         check=True, capture_output=True, text=True, cwd=tmp_path).stdout.split()
     assert all(Path(p).is_relative_to(venv_site) for p in where[:2]), where
@@ -42,7 +42,7 @@ def test_non_editable_install_records_from_an_unrelated_folder(tmp_path):
     result = subprocess.run(
         [venv / "bin" / "ddpprof", "record", "--variant", "simple_ddp", "--model", "mlp-tiny",
          "--global-batch", "16", "--steps", "3", "--wait", "0", "--warmup", "1", "--active", "1",
-         "--out", "out", "--markdown", "--quiet"],
+         "--out", "out", "--markdown", "-", "--quiet"],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "| simple_ddp | simple_ddp | complete |" in result.stdout

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 CASES = {
-    "unknown variant": (["--variant", "simple_ddp,fancy_ddp"], "unknown variant 'fancy_ddp'"),
+    "unknown variant": (["--variant", "simple_ddp,fancy_ddp"],
+                        "Invalid value for '--variant': 'fancy_ddp' is not one of 'single',"),
+    "empty variant list": (["--variant", ""], "Invalid value for '--variant': '': expected"),
+    "empty model list": (["--model", ","], "Invalid value for '--model': ',': expected"),
+    "control character in a name": (["--name", "a\nb"], "must not hold control characters"),
     "unknown model": (["--model", "gpt-9"], "unknown model 'gpt-9'"),
     "batch not divisible": (["--global-batch", "100", "--nproc", "3"],
                             "not divisible by world size 3 x grad-accum 1"),
@@ -15,8 +19,10 @@ CASES = {
     "nccl ranks without GPUs": (["--backend", "nccl", "--nproc", "2"],
                                 "--backend nccl needs one GPU per rank"),
     "window longer than the run": (["--steps", "3"], "does not fit in --steps 3"),
-    "non-positive bucket": (["--bucket-cap-mb", "0"],
-                            "Invalid value for '--bucket-cap-mb': '0' is not > 0"),
+    "non-positive bucket": (["--bucket-cap-mib", "0"],
+                            "Invalid value for '--bucket-cap-mib': '0' is not > 0"),
+    "non-positive bucket, old spelling": (["--bucket-cap-mb", "1,0"],
+                                          "Invalid value for '--bucket-cap-mib': '0' is not > 0"),
     "bad option value": (["--nproc", "two"], "'two' is not a valid integer"),
     "missing data file": (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such data file"),
     "not a checkpoint": (["--model-path", "."], "not a Hugging Face checkpoint folder"),

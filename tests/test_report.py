@@ -97,7 +97,7 @@ def test_report_renders_in_a_real_browser(tmp_path):
 @pytest.mark.slow
 def test_report_of_every_recorded_variant(all_variants, tmp_path, ddpprof_cli):
     out, _ = all_variants
-    result = ddpprof_cli("analyze", str(out), "--html", str(tmp_path / "all.html"))
+    result = ddpprof_cli("analyze", str(out), "--html-out", str(tmp_path / "all.html"))
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "all.html").read_text()
     assert len(page.encode()) < 10 * 1024 * 1024

@@ -273,7 +273,8 @@ def test_a_calibration_beside_the_run_is_used(hook_trace, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--bucket-cap-mb", "0"], "'0' is not > 0"),
+    (["--bucket-cap-mib", "0"], "'0' is not > 0"),
+    (["--bucket-cap-mb", "0"], "'0' is not > 0"),   # the old spelling still works
     (["--latency-us", "5"], "go together"),
     (["--calibration", "c.json", "--latency-us", "1", "--bandwidth-gbps", "1"], "not both"),
     (["--calibration", "missing.json"], "missing.json: No such file"),
@@ -336,14 +337,14 @@ def test_every_variants_run_simulates_with_no_flags(all_variants, tmp_path, ddpp
         shutil.copy(out / variant / "run.json", runs / variant / "run.json")
     # single has no collectives to fit and no calibration beside it: it measures one
     single = ddpprof_cli("simulate", str(runs / "single"), "--world-size", "1,2",
-                         "--bucket-cap-mb", "1,25", "--json", str(tmp_path / "single.json"),
-                         "--html", str(tmp_path / "single.html"))
+                         "--bucket-cap-mib", "1,25", "--json", str(tmp_path / "single.json"),
+                         "--html-out", str(tmp_path / "single.html"))
     assert single.returncode == 0, single.stderr
     assert "measuring all-reduce on this machine (gloo, 2 ranks" in single.stderr
     assert (runs / "single" / "calibration.json").is_file()
     document = json.loads((tmp_path / "single.json").read_text())
-    assert document["schema"] == "ddpprof.simulate" and document["version"] == 2
-    assert [(r["variant"], r["world_size"], r["bucket_cap_mb"]) for r in document["rows"]] == [
+    assert document["schema"] == "ddpprof.simulate" and document["version"] == 3
+    assert [(r["variant"], r["world_size"], r["bucket_cap_mib"]) for r in document["rows"]] == [
         ("single", 1, None), ("bucket_ddp_async", 2, 1.0), ("bucket_ddp_async", 2, 25.0)]
     assert 'data-figures="1"' in (tmp_path / "single.html").read_text()
     # beside the runs now: every other run finds it there (two sizes of a 2-step run on a
@@ -354,15 +355,15 @@ def test_every_variants_run_simulates_with_no_flags(all_variants, tmp_path, ddpp
         own = simulation.own
         assert own is not None and own.variant == variant, variant
         assert own.step_ms > 0 and math.isfinite(own.step_ms), variant
-        own_row = next(r for r in simulation.rows if r["recorded"] and r["world_size"] == 2)
-        assert own_row["measured_step_ms"] == simulation.measured.step_ms > 0
-        assert own_row["error_pct"] == pytest.approx(
+        own_row = next(r for r in simulation.rows if r.recorded and r.world_size == 2)
+        assert own_row.measured_step_ms == simulation.measured.step_ms > 0
+        assert own_row.error_pct == pytest.approx(
             100 * (own.step_ms / simulation.measured.step_ms - 1))
         assert any(variant.split("_")[0] in note for note in simulation.notes), variant
         assert simulation.cost.source == f"calibration {runs / 'calibration.json'}"
         if variant != "fsdp":
-            assert {r["bucket_cap_mb"] for r in simulation.rows} >= {1.0, 25.0}
+            assert {r.bucket_cap_mib for r in simulation.rows} >= {1.0, 25.0}
     # the recorded buckets: 2 at 1 MiB, 1 at 25 MiB (5.85 MB of gradients)
-    buckets = {(r["variant"], r["bucket_cap_mb"]): r["buckets"] for r in simulate_run(
+    buckets = {(r.variant, r.bucket_cap_mib): r.buckets for r in simulate_run(
         runs / "pytorch_ddp", [1.0, 25.0], [2], allow_sweep=False).rows}
     assert buckets == {("pytorch_ddp", 1.0): 2, ("pytorch_ddp", 25.0): 1}

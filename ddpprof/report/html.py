@@ -65,7 +65,7 @@ def generated() -> str:
 
 
 def layout(fig: go.Figure, title: str, **kwargs: Any) -> go.Figure:
-    fig.updatelayout(title=title, template="plotly_white", height=kwargs.pop("height", 380),
+    fig.update_layout(title=title, template="plotly_white", height=kwargs.pop("height", 380),
                       margin=dict(l=60, r=20, t=50, b=60), legend=dict(orientation="h"),
                       **kwargs)
     return fig
@@ -351,7 +351,8 @@ def render_report(analysis: Analysis, title: str, findings: list | None = None) 
     return template_environment(html=True).get_template("report.html.j2").render(
         title=title, generated=generated(),
         environment=_environment_summary(analysis.runs), definitions=DEFINITIONS,
-        columns=TABLE_COLUMNS, rows=comparison_rows(run_rows), cell=format_cell, figures=html_figures,
+        columns=TABLE_COLUMNS, rows=comparison_rows(run_rows), cell=format_cell,
+        figures=html_figures,
         rank_columns=RANK_COLUMNS, rank_tables=rank_tables(analysis),
         timelines=html_timelines, bucket_columns=BUCKET_COLUMNS, bucket_tables=buckets,
         figure_count=len(html_figures) + len(html_timelines) + sum(

@@ -86,8 +86,24 @@ class Output:
 
 
 def document_text(document: Any) -> str:
-    """A result document as standard JSON (non-finite numbers as null)."""
-    return json_text(msgspec.to_builtins(document, enc_hook=str))
+    """A result document (a Struct or dataclass; ``analyze``'s is built as a dict) as
+    standard JSON, non-finite numbers as null."""
+    if isinstance(document, dict):
+        return json_text(document)
+    return json_text(msgspec.to_builtins(document, enc_hook=_builtin))
+
+
+def _builtin(value: Any) -> Any:
+    # subclasses of the builtins (numpy's float64) as the builtins themselves
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
 def markdown(output: Output, wide: bool) -> str:

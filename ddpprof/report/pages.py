@@ -23,7 +23,7 @@ def render_page(title: str, intro: list[str], table: Table, figures: list[go.Fig
     return template_environment(html=True).get_template("figures.html.j2").render(
         title=title, generated=generated(), intro=intro,
         headers=[c.title for c in table.columns],
-        rows=[[format_cell(table.value(row, c.key)) for c in table.columns]
+        rows=[[format_cell(table.shown_value(row, c)) for c in table.columns]
               for row in table.rows],
         figures=[embed(fig) for fig in figures], plotly_js=get_plotlyjs())
 

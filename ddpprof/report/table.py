@@ -30,6 +30,7 @@ class Column:
     header: str = ""                # what the terminal and Markdown show [default: key]
     wide: bool = False              # shown only under --wide (CSV has every column)
     max_width: int | None = None    # the terminal folds longer cells
+    scale: float = 1.0              # shown divided by this (bytes as MiB); CSV keeps the value
 
     @property
     def title(self) -> str:
@@ -49,6 +50,12 @@ class Table:
         if isinstance(row, Mapping):
             return row.get(key)
         value: Cell = getattr(row, key, None)
+        return value
+
+    def shown_value(self, row: object, column: Column) -> Cell:
+        value = self.value(row, column.key)
+        if column.scale != 1 and isinstance(value, int | float) and not isinstance(value, bool):
+            return value / column.scale
         return value
 
 
@@ -76,8 +83,7 @@ def markdown_text(text: str) -> str:
     """``text`` safe in a Markdown table cell or paragraph: one line, ``|`` escaped, and no
     HTML (``<`` as ``&lt;``, so neither a tag nor a comment opener)."""
     text = _CONTROL.sub(" ", text)
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("|", "\\|"))
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
 
 
 def csv_cell(value: Any) -> Any:
@@ -96,7 +102,7 @@ def to_text(table: Table, wide: bool = False, terminal: bool = False) -> str:
     from rich.text import Text
 
     shown = table.shown(wide)
-    cells = [[table.value(row, c.key) for c in shown] for row in table.rows]
+    cells = [[table.shown_value(row, c) for c in shown] for row in table.rows]
     rich = RichTable(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                      collapse_padding=True, header_style="bold" if terminal else "",
                      title=table.title, title_justify="left")
@@ -117,13 +123,13 @@ def to_markdown(table: Table, wide: bool = True) -> str:
     shown = table.shown(wide)
     lines = ["| " + " | ".join(markdown_text(c.title) for c in shown) + " |",
              "|" + " --- |" * len(shown)]
-    lines += ["| " + " | ".join(markdown_text(format_cell(table.value(row, c.key)))
+    lines += ["| " + " | ".join(markdown_text(format_cell(table.shown_value(row, c)))
                                 for c in shown) + " |" for row in table.rows]
     return "\n".join(lines) + "\n"
 
 
 def to_csv(table: Table) -> str:
-    """Every column, keys as headers, values as they are (not rounded)."""
+    """Every column, keys as headers, values as they are (not rounded, not scaled)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow([c.key for c in table.columns])

@@ -13,9 +13,11 @@ from ..manifest import RunManifest, validation_problem
 from ..report.table import Column, columns
 from .results import Measured, SimulateRow, Simulation, best, median_error_pct
 
-COLUMNS: list[Column] = columns(
-    "variant", "world_size", "bucket_cap_mib", "buckets", "step_ms", "exposed_comm_ms",
-    "overlap_pct", "efficiency", "measured_step_ms", "error_pct", wide=("recorded",))
+COLUMNS: list[Column] = [
+    Column("variant"), Column("world_size", "ranks"), Column("bucket_cap_mib", "cap_mib"),
+    Column("step_ms"), Column("exposed_comm_ms", "exposed_ms"), Column("overlap_pct", "overlap_%"),
+    Column("efficiency"), Column("measured_step_ms", "measured_ms"), Column("error_pct", "error_%"),
+    *columns(wide=("buckets", "recorded"))]
 
 
 class CostDocument(msgspec.Struct, kw_only=True):
