@@ -256,7 +256,7 @@ def variants(outputs: Outputs) -> None:
     """The data-parallel variants `ddpprof record` runs (--variant), one line each."""
     from .commands.variants import variants as run
 
-    done(run(), outputs)
+    done(run(outputs), outputs)
 
 
 def main(argv: list[str] | None = None) -> None:

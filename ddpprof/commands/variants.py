@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..report.output import Output
+from ..report.output import Output, Outputs
 from ..report.table import Column, Table
 from ..variants import VARIANTS
 
@@ -31,7 +31,8 @@ class VariantsDocument:
     version: int = 1
 
 
-def variants() -> Output:
+def variants(outputs: Outputs) -> Output:
+    outputs.check("variants")
     rows = [VariantRow(info.name, info.description, info.distributed, info.bucketed,
                        info.zero_stage, info.default_grad_accum) for info in VARIANTS.values()]
     return Output(VariantsDocument(rows), [Table(COLUMNS, rows)], title="ddpprof variants")
