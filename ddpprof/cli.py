@@ -4,6 +4,7 @@ errors mapped to exit codes: 0 done, 1 a regression or a failed run, 2 bad input
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -37,7 +38,11 @@ class Commands(RichGroup):
         return list(self.commands)  # as declared: the order a user works in
 
 
-def done(output: Output, outputs: Outputs) -> None:
+def run(command: str, *args: Any, outputs: Outputs, **kwargs: Any) -> None:
+    """Call ``ddpprof.commands.<command>``, print and write what it returns, exit with its
+    status."""
+    module = importlib.import_module(f"{__package__}.commands.{command}")
+    output: Output = getattr(module, command)(*args, outputs=outputs, **kwargs)
     emit(output, outputs)
     if output.exit_code:
         sys.exit(output.exit_code)
@@ -75,9 +80,7 @@ def record(**kwargs: Any) -> None:
     One run goes in OUT/NAME (NAME: the variant); several in OUT/[NAME/]LABEL, LABEL being
     VARIANT[-MODEL][-nNPROC][-capMIB] with a part for each option given several values.
     """
-    from .commands.record import record as run
-
-    done(run(**kwargs), kwargs["outputs"])
+    run("record", **kwargs)
 
 
 @cli.command(epilog=exits(""))
@@ -98,24 +101,14 @@ def record(**kwargs: Any) -> None:
                    "DDPPROF_SCHEDULER]; the workers read the traces.")
 @o.outputs("every metric, per run and per rank (the gate's input)", html="<name>",
            progress=True)
-def analyze(paths: tuple[str, ...], per_step: bool, hta_compat: bool,
-            comm_kernels: tuple[str, ...], engine: str, keep_last_step: bool, jobs: int | None,
-            scheduler: str | None, outputs: Outputs) -> None:
+def analyze(**kwargs: Any) -> None:
     """Compute, non-compute, idle and overlap shares and collective statistics of traces.
 
     PATH is a run folder (rank traces and an optional run.json), a folder of run folders, or
     trace files (.json or .json.gz), on disk or at a URL (s3://, gs://, az://, http(s)://).
     --html writes reports/<name>.html, <name> being the folder's or file's name.
     """
-    from .analysis import AnalysisOptions
-    from .commands.analyze import analyze as run
-    from .trace.classify import validate_comm_patterns
-
-    options = AnalysisOptions(
-        keep_last_step=keep_last_step, per_step=per_step, hta_compat=hta_compat,
-        comm_kernels=tuple(validate_comm_patterns(comm_kernels)), engine=engine, jobs=jobs,
-        scheduler=scheduler or None)
-    done(run(paths, options, outputs), outputs)
+    run("analyze", **kwargs)
 
 
 @cli.command(epilog=exits("a rule is broken (a regression)"))
@@ -137,59 +130,32 @@ def gate(**kwargs: Any) -> None:
     CURRENT is a trace folder (analyzed now) or an `ddpprof analyze --json` file. Runs are
     matched by name (names must be unique), else by variant and configuration.
     """
-    from .commands.gate import gate as run
-
-    done(run(**kwargs), kwargs["outputs"])
+    run("gate", **kwargs)
 
 
 @cli.command(epilog=exits(""))
 @click.argument("run_path", metavar="RUN", type=o.FOLDER)
 @o.bucket_cap_option("1,2,5,10,25,50,100", "Bucket sizes to predict, in MiB.")
 @o.world_size_option("World sizes to predict [default: the run's, 2, 4, 8].")
-@click.option("--calibration", type=o.FOLDER,
-              help="A `ddpprof calibrate` file [default: calibration.json in the run folder "
-                   "or its parent, else a fit over the run's collectives, else a sweep now].")
-@click.option("--bandwidth-gbps", type=o.POSITIVE_FLOAT,
-              help="Use this bus bandwidth (GB/s) instead of a calibration or fit.")
-@click.option("--latency-us", type=o.NON_NEGATIVE_FLOAT,
-              help="Use this per-call latency (µs) instead of a calibration or fit.")
-@click.option("--ready-order", is_flag=True,
-              help="Bucket gradients in the order they become ready, not in reverse "
-                   "registration order (what PyTorch's Reducer and bucket_ddp_async do).")
-@click.option("--measured", type=o.FOLDER,
-              help="A `ddpprof sweep --json` file: measured points to compare and draw.")
+@o.cost_model_options()
 @o.outputs("the predictions, the cost model and the notes", html="simulate")
 def simulate(**kwargs: Any) -> None:
     """Predict step time, exposed communication, overlap and scaling efficiency of a recorded
     run's own configuration and of other bucket sizes and world sizes."""
-    from .commands.simulate import simulate as run
-
-    done(run(**kwargs), kwargs["outputs"])
+    run("simulate", **kwargs)
 
 
 @cli.command(epilog=exits("the sweep failed"))
 @o.config_options(option_fields(), only=("backend",))
 @o.nproc_option("2")
 @o.config_options(option_fields(), only=("nnodes", "node_rank", "rdzv_endpoint", "timeout_s"))
-@click.option("--min-bytes", default="4K", show_default=True, type=o.ByteSize(min=4),
-              help="Smallest all-reduce (4096, 4K, 1M, ...).")
-@click.option("--max-bytes", default="256M", show_default=True, type=o.ByteSize(min=4),
-              help="Largest all-reduce.")
-@click.option("--step-factor", default=2.0, show_default=True,
-              type=o.FiniteFloat(min=1, min_open=True),
-              help="Each size is the previous one times this.")
-@click.option("--warmup-iters", default=5, show_default=True, type=o.NON_NEGATIVE_INT,
-              help="Untimed calls per size.")
-@click.option("--iters", default=20, show_default=True, type=o.POSITIVE_INT,
-              help="Timed calls per size (their median is the size's time).")
+@o.sweep_size_options()
 @o.out_option("calibration", "The folder calibration.json goes in.")
 @o.outputs("the calibration (as OUT/calibration.json)", html="calibration", progress=True)
 def calibrate(**kwargs: Any) -> None:
     """Measure all-reduce time against size (an nccl-tests-style sweep through torchrun) and
     fit the latency α and bandwidth β that `ddpprof simulate` uses: OUT/calibration.json."""
-    from .commands.calibrate import calibrate as run
-
-    done(run(**kwargs), kwargs["outputs"])
+    run("calibrate", **kwargs)
 
 
 @cli.command(epilog=exits("a run failed"))
@@ -203,9 +169,7 @@ def calibrate(**kwargs: Any) -> None:
 def sweep(**kwargs: Any) -> None:
     """Measure step time, overlap, all-reduce calls and exposed communication of the variants
     with buckets at each bucket size: the bucket-size valley."""
-    from .commands.sweep import sweep as run
-
-    done(run(**kwargs), kwargs["outputs"])
+    run("sweep", **kwargs)
 
 
 @cli.command(epilog=exits("a run failed"))
@@ -224,9 +188,7 @@ def sweep(**kwargs: Any) -> None:
 def bench(**kwargs: Any) -> None:
     """The scaling benchmark: step and epoch time, communication time of the blocking
     variants, throughput, speedup, scaling efficiency and Amdahl's parallel fraction."""
-    from .commands.bench import bench as run
-
-    done(run(**kwargs), kwargs["outputs"])
+    run("bench", **kwargs)
 
 
 @cli.command(epilog=exits(""))
@@ -245,18 +207,14 @@ def memory(run_paths: tuple[Path, ...], **kwargs: Any) -> None:
     """Bytes per rank for DDP and ZeRO stages 1-3 (parameters, gradients, optimizer state) and
     communication per step, for --model or --model-path at --world-size; or, for recorded RUN
     folders, each rank's measured steady state beside the estimate."""
-    from .commands.memory import memory as run
-
-    done(run(list(run_paths), **kwargs), kwargs["outputs"])
+    run("memory", list(run_paths), **kwargs)
 
 
 @cli.command(epilog=exits(""))
 @o.outputs("the variants and their properties")
 def variants(outputs: Outputs) -> None:
     """The data-parallel variants `ddpprof record` runs (--variant), one line each."""
-    from .commands.variants import variants as run
-
-    done(run(outputs), outputs)
+    run("variants", outputs=outputs)
 
 
 def main(argv: list[str] | None = None) -> None:

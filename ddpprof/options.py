@@ -317,3 +317,47 @@ def config_options(fields: Sequence[dataclasses.Field[Any]], only: Iterable[str]
         return command
 
     return decorate
+
+
+def _stack(*chosen: Callable[[F], F]) -> Callable[[F], F]:
+    def decorate(command: F) -> F:
+        for option in reversed(chosen):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def sweep_size_options() -> Callable[[F], F]:
+    """``calibrate``'s sizes and repetitions (nccl-tests' ``-b -e -f -w -n``)."""
+    return _stack(
+        click.option("--min-bytes", default="4K", show_default=True, type=ByteSize(min=4),
+                     help="Smallest all-reduce (4096, 4K, 1M, ...)."),
+        click.option("--max-bytes", default="256M", show_default=True, type=ByteSize(min=4),
+                     help="Largest all-reduce."),
+        click.option("--step-factor", default=2.0, show_default=True,
+                     type=FiniteFloat(min=1, min_open=True),
+                     help="Each size is the previous one times this."),
+        click.option("--warmup-iters", default=5, show_default=True, type=NON_NEGATIVE_INT,
+                     help="Untimed calls per size."),
+        click.option("--iters", default=20, show_default=True, type=POSITIVE_INT,
+                     help="Timed calls per size (their median is the size's time)."))
+
+
+def cost_model_options() -> Callable[[F], F]:
+    """Where ``simulate`` takes its cost model and its measured points from."""
+    return _stack(
+        click.option("--calibration", type=FOLDER,
+                     help="A `ddpprof calibrate` file [default: calibration.json in the run "
+                          "folder or its parent, else a fit over the run's collectives, else "
+                          "a sweep now]."),
+        click.option("--bandwidth-gbps", type=POSITIVE_FLOAT,
+                     help="Use this bus bandwidth (GB/s) instead of a calibration or fit."),
+        click.option("--latency-us", type=NON_NEGATIVE_FLOAT,
+                     help="Use this per-call latency (µs) instead of a calibration or fit."),
+        click.option("--ready-order", is_flag=True,
+                     help="Bucket gradients in the order they become ready, not in reverse "
+                          "registration order (what PyTorch's Reducer and bucket_ddp_async "
+                          "do)."),
+        click.option("--measured", type=FOLDER,
+                     help="A `ddpprof sweep --json` file: measured points to compare and draw."))
