@@ -120,7 +120,10 @@ class Calibration(msgspec.Struct, kw_only=True):
     points: list[SweepPoint] = msgspec.field(default_factory=list)
 
     def cost_model(self, source: str) -> CostModel:
-        assert self.fit is not None
+        """The fitted model; a ``UsageError`` naming ``source`` when the sweep found none."""
+        if self.fit is None:
+            raise UsageError(f"{source}: no cost model ({self.error or 'the sweep has no fit'});"
+                             " give --bandwidth-gbps with --latency-us, or --calibration FILE")
         return CostModel(self.fit.alpha_us, self.fit.beta_busbw_gbps * 1e3, self.fit.r2,
                          len(self.points), source)
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+
 import pytest
 
 CASES = {
@@ -51,3 +55,20 @@ def test_unwritable_output_folder(tmp_path, ddpprof_cli):
     assert result.stderr == (f"ddpprof: error: {blocker / 'traces' / 'single'}: output folder "
                              "cannot be written (Not a directory)\n")
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None,
+                    reason="needs root to mount a small file system")
+def test_a_full_disk_before_anything_is_recorded(tmp_path, ddpprof_cli):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(disk)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (disk / "fill").write_bytes(b"\0" * 4096)   # nothing left
+        result = ddpprof_cli("record", "--variant", "simple_ddp", "--model", "mlp-tiny",
+                             "--global-batch", "16", "--out", str(disk / "out"))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr == f"ddpprof: error: {disk / 'out'}: No space left on device\n"
+    finally:
+        subprocess.run(["umount", str(disk)])

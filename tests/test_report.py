@@ -13,7 +13,7 @@ from trace_builders import span, step, write_trace
 
 from ddpprof.analysis import AnalysisOptions, analyze_paths
 from ddpprof.findings import findings
-from ddpprof.report.html import render_report
+from ddpprof.report.html import TABLE_COLUMNS, render_report
 from ddpprof.variants import VARIANT_NAMES
 
 TIMELINE = AnalysisOptions(timeline=True)
@@ -65,7 +65,24 @@ def test_cli_writes_reports_name_html_by_default(tmp_path, ddpprof_cli):
     two_runs(tmp_path / "runs")
     result = ddpprof_cli("analyze", "runs", "--html", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "reports" / "runs.html").is_file()
+    page = (tmp_path / "reports" / "runs.html").read_text()
+    assert f"report: {Path('reports') / 'runs.html'}" in result.stderr
+    # the comparison table, by hand: ddp's window is steps 0-1, [0,200). Compute: rank 0
+    # [5,60) + [105,160) = 110, rank 1 [5,61) + [105,160) = 111: 55.25 % on average. The
+    # all-reduces take 30 + 20 + 30 + 15 = 95 µs, of which compute hides [40,60) + [140,160)
+    # = 40 on rank 0 and 41 on rank 1: overlap (40 + 41) / 2 / 95; the rest is exposed:
+    # (55 + 54) / 2 / 200. single: [10,90) of its step 0 [0,100): 80 %.
+    comparison = page[page.index('<table id="comparison">'):]
+    rows = re.findall(r"<tr>(.*?)</tr>", comparison[:comparison.index("</table>")])[1:]
+    values = {re.findall(r'data-value="([^"]*)"', row)[0]: re.findall(r'data-value="([^"]*)"',
+                                                                        row) for row in rows}
+    headers = [label for key, label in TABLE_COLUMNS]
+    ddp = dict(zip(headers, values["ddp"], strict=True))
+    assert float(ddp["Compute %"]) == pytest.approx(55.25)
+    assert float(ddp["Overlap %"]) == pytest.approx(100 * 40.5 / 95)
+    assert float(ddp["Comm overhead %"]) == pytest.approx(100 * 54.5 / 200)
+    assert float(ddp["All-reduce calls / step"]) == 2
+    assert float(dict(zip(headers, values["single"], strict=True))["Compute %"]) == 80
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no chromium could be installed here "

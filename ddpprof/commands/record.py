@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError, describe_os_error
 from ..record import grid
 from ..record.config import RunConfig
 from ..record.launcher import Recording, RunOutcome
@@ -69,7 +70,12 @@ def record(variants: list[str], models: list[str], nprocs: list[int], bucket_cap
                           configs=tuple(grid.configs(base, models, nprocs, bucket_caps_mib)))
     outputs.check("record", folders=[*recording.targets(),
                                      *(recording.run_dir(r.label) for r in recording.runs())])
-    outcomes = record_runs(recording)
+    try:
+        outcomes = record_runs(recording)
+    except OSError as error:
+        # Runs that fail to write are marked and reported as runs; what escapes here failed
+        # before anything was recorded (claiming or clearing the folders: a full disk).
+        raise UsageError(describe_os_error(error.filename or out, error)) from None
     rows = [row(outcome) for outcome in outcomes]
     failed = [o for o in outcomes if o.status != "complete"]
     details = "; ".join(
