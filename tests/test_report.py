@@ -153,3 +153,13 @@ def test_per_rank_view_shows_wait_and_transfer(tmp_path):
     # transfer, wait, caused (ms per step); no run.json, so no memory
     assert cells[-5:] == ["0.02", "0.01", "0.00", "-", "-"]
     assert "made the others wait the most: rank 1" in page
+
+
+def test_the_page_escapes_what_a_run_name_holds(tmp_path, ddpprof_cli):
+    runs = two_runs(tmp_path / "runs")
+    (runs / "ddp").rename(runs / "<script>alert(1)<!--")
+    result = ddpprof_cli("analyze", str(runs), "--html-out", str(tmp_path / "p.html"))
+    assert result.returncode == 0, result.stderr
+    page = (tmp_path / "p.html").read_text()
+    assert "<script>alert" not in page and "alert(1)<!--" not in page
+    assert "&lt;script&gt;alert(1)&lt;!--" in page   # shown, as text
