@@ -304,9 +304,9 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
                                  f"{sweep.timeout_s:g} s (--timeout-s)")
         elif launched.returncode != 0:
             calibration.status = "failed"
-            error = run_error(folder, log, launched.returncode)
-            calibration.error = (f"rank {error.rank}: " if error.rank is not None else "") + \
-                error.message
+            failure = run_error(folder, log, launched.returncode)
+            calibration.error = (f"rank {failure.rank}: " if failure.rank is not None
+                                 else "") + failure.message
         elif leader and folder.kind(SWEEP_RESULT) is None:
             calibration.status, calibration.error = "failed", "the sweep wrote no result"
         else:

@@ -127,8 +127,10 @@ def estimate_stage(parameters: int, world_size: int, stage: int, precision: str,
     comm = {0: 2 * ring * per.grads, 1: ring * (per.grads + per.params),
             2: ring * (per.grads + per.params), 3: ring * (per.grads + 2 * per.params)}[stage]
     ks = (per.params, per.grads, per.optimizer)
+    params_bytes, grads_bytes, optimizer_bytes = sizes
     return StageEstimate(
-        stage, precision, optimizer, parameters, world_size, *sizes, comm,
+        stage, precision, optimizer, parameters, world_size, params_bytes, grads_bytes,
+        optimizer_bytes, comm,
         _formula(sum(k for k, cut in zip(ks, sharded, strict=True) if not cut),
                  sum(k for k, cut in zip(ks, sharded, strict=True) if cut)))
 

@@ -16,6 +16,7 @@ from .record.config import RunConfig
 from .record.launcher import Recording, record
 from .report.table import Column, columns
 from .trace.discover import RunInput, is_trace_file
+from .trace.storage import Location
 from .variants import VARIANTS
 
 #: The cap a variant gets when none is given, marked on the valley.
@@ -91,7 +92,7 @@ def sweep(base: Recording) -> list[SweepRow]:
             rows.append(SweepRow(*where, name, outcome.status,
                                  error=outcome.error or "no step was timed"))
             continue
-        traces = sorted(p for p in outcome.run_dir.iterdir() if is_trace_file(p))
+        traces: list[Location] = sorted(p for p in outcome.run_dir.iterdir() if is_trace_file(p))
         [analyzed] = analyze_run(RunInput(name, outcome.run_dir, traces))
         metrics = run_row(analyzed).metrics
         rows.append(SweepRow(

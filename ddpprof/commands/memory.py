@@ -33,8 +33,8 @@ def memory(run_paths: list[Path], models: list[str], model_path: Path | None,
                          "or recorded RUN folders")
     if model_path is not None and len(models) > 1:
         raise UsageError("--model-path counts one model: give at most one --model to name it")
-    labelled = [estimator.model_parameters(model, model_path)
-                for model in (models or [None])]
+    names: list[str | None] = [*models] or [None]
+    labelled = [estimator.model_parameters(model, model_path) for model in names]
     estimates = [(label, estimate) for label, parameters in labelled for world in world_sizes
                  for estimate in estimator.estimate_table(
                      parameters, world, tuple(precisions or estimator.PRECISIONS),

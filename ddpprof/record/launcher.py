@@ -175,10 +175,14 @@ def validate(recording: Recording) -> None:
 class Topology(Protocol):
     """Where a launch's ranks run: a ``RunConfig``, or ``ddpprof calibrate``'s sweep."""
 
-    nproc: int
-    nnodes: int
-    rdzv_endpoint: str | None
-    timeout_s: float
+    @property
+    def nproc(self) -> int: ...
+    @property
+    def nnodes(self) -> int: ...
+    @property
+    def rdzv_endpoint(self) -> str | None: ...
+    @property
+    def timeout_s(self) -> float: ...
 
 
 def torchrun_command(config: Topology, run_dir: Path, rdzv_id: str,

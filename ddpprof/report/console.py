@@ -26,7 +26,7 @@ SHOWN_FINDINGS = 10
 def run_lines(analysis: Analysis, findings: list[Finding]) -> list[dict[str, Any]]:
     """Each run's row, every metric flattened (``RunRow.to_dict``), with its step time and
     the code of its first finding."""
-    top = {}
+    top: dict[str, str] = {}
     for finding in findings:
         top.setdefault(finding.run, finding.code)
     lines = []

@@ -7,6 +7,7 @@ goes there, and what would have been printed goes to stderr.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ class Outputs:
             return self.html_out
         return Path("reports") / f"{name}.html" if self.html else None
 
-    def files(self, page_name: str) -> dict[str, Path | None]:
+    def files(self, page_name: str) -> dict[str, str | os.PathLike[str] | None]:
         return {"--json": self.json, "--csv": self.csv, "--markdown": self.markdown,
                 "--html": self.page(page_name)}
 

@@ -115,10 +115,10 @@ def verdict_lines(simulation: Simulation, default_cap_mib: float) -> list[str]:
                f"{100 * (default.step_ms / top.step_ms - 1):.1f}% slower" if default else "")
         lines.append(f"world size {n}: best predicted bucket {top.bucket_cap_mb:g} MiB "
                      f"({top.variant}), {top.step_ms:.2f} ms{gap}")
-    error = median_error_pct([(r.step_ms, r.measured_step_ms) for r in simulation.rows
-                              if r.measured_step_ms])
-    if error is not None:
-        lines.append(f"measured points: median |error| {error:.1f}%")
+    median = median_error_pct([(r.step_ms, r.measured_step_ms) for r in simulation.rows
+                               if r.measured_step_ms])
+    if median is not None:
+        lines.append(f"measured points: median |error| {median:.1f}%")
     return lines
 
 
