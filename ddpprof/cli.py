@@ -20,8 +20,9 @@ from .errors import Interrupted, RunFailed, UsageError, describe_os_error
 from .record.config import option_fields
 from .report.output import Output, Outputs, emit
 
-help_style.SHOW_METAVARS_COLUMN = False   # the type after the help: more room for the help
-help_style.APPEND_METAVARS_HELP = True
+help_style.OPTIONS_TABLE_COLUMN_TYPES = ["required", "opt_short", "opt_long", "help"]
+help_style.OPTIONS_TABLE_HELP_SECTIONS = ["help", "deprecated", "envvar", "default", "required",
+                                         "metavar"]  # the type after the help: more room
 #: RunConfig fields that are list options of their own (``record`` records their product).
 LISTED = ("model", "nproc", "bucket_cap_mb")
 
