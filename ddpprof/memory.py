@@ -187,6 +187,7 @@ class RunComparison:
     run: str
     path: Path
     variant: str
+    model: str
     estimate: StageEstimate
     ranks: list[RankComparison]
 
@@ -238,8 +239,8 @@ def compare_run(path: Path) -> RunComparison:
     ranks = [RankComparison(row.rank, estimate.total_bytes,
                             sum(getattr(row, k) for k in _MEASURED_KEYS), row)
              for row in sorted(rows, key=lambda r: r.rank)]
-    return RunComparison(manifest.run or path.name, path, manifest.config.variant, estimate,
-                         ranks)
+    return RunComparison(manifest.run or path.name, path, manifest.config.variant,
+                         manifest.config.model or "", estimate, ranks)
 
 
 # --- rows and documents ---------------------------------------------------------------------
@@ -248,38 +249,19 @@ def _unit(largest_bytes: float) -> tuple[str, int]:
     return ("gib", 1 << 30) if largest_bytes >= 1 << 30 else ("mib", 1 << 20)
 
 
-@dataclass(frozen=True)
-class EstimateRow:
-    """One stage of one model at one world size."""
-
-    model: str
-    world_size: int
-    precision: str
-    optimizer: str
-    stage: str
-    formula: str
-    params_bytes: int
-    grads_bytes: int
-    optimizer_bytes: int
-    total_bytes: int
-    comm_bytes_per_step: float
-
-
 def _sizes(unit: str, scale: int, *keys: str, wide: bool = False) -> list[Column]:
     """Byte columns shown in ``unit`` (``params_bytes`` as ``params_mib``)."""
     return [Column(key, key.replace("bytes", unit), wide=wide, scale=scale) for key in keys]
 
 
-def estimates_table(estimates: list[tuple[str, StageEstimate]]) -> Table:
-    """(model label, estimate) pairs as a table, sizes in GiB when one reaches a GiB."""
-    unit, scale = _unit(max((e.total_bytes for _, e in estimates), default=0))
-    rows = [EstimateRow(label, e.world_size, e.precision, e.optimizer, e.name, e.formula,
-                        e.params_bytes, e.grads_bytes, e.optimizer_bytes, e.total_bytes,
-                        e.comm_bytes_per_step) for label, e in estimates]
-    return Table([*columns("model", "world_size", "precision", "optimizer", "stage", "formula"),
+def estimates_table(estimates: list[StageDocument]) -> Table:
+    """The estimates, sizes in GiB when one reaches a GiB."""
+    unit, scale = _unit(max((e.total_bytes for e in estimates), default=0))
+    return Table([*columns("model", "world_size", "precision", "optimizer"),
+                  Column("name", "stage"), Column("formula"),
                   *_sizes(unit, scale, "total_bytes", "comm_bytes_per_step"),
                   *_sizes(unit, scale, "params_bytes", "grads_bytes", "optimizer_bytes",
-                          wide=True)], rows)
+                          wide=True)], estimates)
 
 
 @dataclass(frozen=True)
@@ -314,6 +296,9 @@ def comparisons_table(runs: list[RunComparison]) -> Table:
 
 
 class StageDocument(msgspec.Struct, kw_only=True):
+    """One stage's estimate for one model at one world size (a row of the table)."""
+
+    model: str
     stage: int                       # 0 is DDP
     name: str
     precision: str
@@ -328,19 +313,13 @@ class StageDocument(msgspec.Struct, kw_only=True):
     comm_bytes_per_step: float
 
     @classmethod
-    def of(cls, e: StageEstimate) -> StageDocument:
-        return cls(stage=e.stage, name=e.name, precision=e.precision, optimizer=e.optimizer,
-                   parameters=e.parameters, world_size=e.world_size, formula=e.formula,
+    def of(cls, e: StageEstimate, model: str = "") -> StageDocument:
+        return cls(model=model, stage=e.stage, name=e.name, precision=e.precision,
+                   optimizer=e.optimizer, parameters=e.parameters, world_size=e.world_size,
+                   formula=e.formula,
                    params_bytes=e.params_bytes, grads_bytes=e.grads_bytes,
                    optimizer_bytes=e.optimizer_bytes, total_bytes=e.total_bytes,
                    comm_bytes_per_step=e.comm_bytes_per_step)
-
-
-class ModelEstimate(msgspec.Struct, kw_only=True):
-    model: str
-    parameters: int
-    world_size: int
-    stages: list[StageDocument]
 
 
 class RankDocument(msgspec.Struct, kw_only=True):
@@ -364,24 +343,19 @@ class MemoryDocument(msgspec.Struct, kw_only=True):
 
     schema: str = "ddpprof.memory"
     version: int = 2
-    estimates: list[ModelEstimate] = msgspec.field(default_factory=list)
+    estimates: list[StageDocument] = msgspec.field(default_factory=list)
     runs: list[RunDocument] = msgspec.field(default_factory=list)
 
 
 def estimate_document(estimates: list[tuple[str, StageEstimate]]) -> MemoryDocument:
-    groups: dict[tuple[str, int, int], list[StageEstimate]] = {}
-    for label, e in estimates:
-        groups.setdefault((label, e.parameters, e.world_size), []).append(e)
-    return MemoryDocument(estimates=[
-        ModelEstimate(model=label, parameters=parameters, world_size=world,
-                      stages=[StageDocument.of(e) for e in members])
-        for (label, parameters, world), members in groups.items()])
+    """(model label, estimate) pairs as the ``--json`` document."""
+    return MemoryDocument(estimates=[StageDocument.of(e, label) for label, e in estimates])
 
 
 def comparison_document(runs: list[RunComparison]) -> MemoryDocument:
     return MemoryDocument(runs=[RunDocument(
         run=run.run, path=str(run.path), variant=run.variant,
-        estimate=StageDocument.of(run.estimate),
+        estimate=StageDocument.of(run.estimate, run.model),
         ranks=[RankDocument(rank=r.rank, estimated_bytes=r.estimated_bytes,
                             measured_bytes=r.measured_bytes, error_pct=r.error_pct,
                             measured=r.measured) for r in run.ranks]) for run in runs])

@@ -40,6 +40,7 @@ def memory(run_paths: list[Path], models: list[str], model_path: Path | None,
                      parameters, world, tuple(precisions or estimator.PRECISIONS),
                      tuple(optimizers or estimator.OPTIMIZERS))]
     intro = [f"{label}: Ψ = {parameters:,} parameters" for label, parameters in labelled]
-    return Output(estimator.estimate_document(estimates), [estimator.estimates_table(estimates)],
+    document = estimator.estimate_document(estimates)
+    return Output(document, [estimator.estimates_table(document.estimates)],
                   intro=[*intro, "bytes per rank at N ranks; communication sent per rank per "
                                  "optimizer step (ring)"], title="ddpprof memory")
