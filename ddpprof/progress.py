@@ -85,7 +85,7 @@ class Progress:
         elapsed = time.monotonic() - self._started
         detail = error or (f"{samples_per_s:,.0f} samples/s" if samples_per_s else "")
         self._console.print(f"{self._label}  {status} in {elapsed:.1f}s  {detail}".rstrip(),
-                            markup=False)
+                            markup=False, soft_wrap=True)
 
 
 @contextmanager
