@@ -2,7 +2,8 @@
 the other: the terminal table, ``--json``, ``--csv``, ``--markdown``, ``--html``.
 
 Nothing is written that was not asked for. When an output is ``-`` (standard output), it alone
-goes there, and what would have been printed goes to stderr.
+goes there: with ``--json -`` what would have been printed goes to stderr; with ``--markdown -``
+or ``--csv -`` that is the table, printed once.
 """
 
 from __future__ import annotations
@@ -151,9 +152,12 @@ def emit(output: Output, outputs: Outputs) -> None:
     page = outputs.page(output.page_name) if output.page is not None else None
     if output.page is not None:
         write(page, output.page)
-    stream = sys.stderr if outputs.to_stdout else sys.stdout
-    stream.write(terminal(output, outputs.wide, stream.isatty()))
-    stream.flush()
+    if not (is_stdout(outputs.markdown) or is_stdout(outputs.csv)):
+        # JSON on standard output: the table for the person goes to stderr; a table written
+        # there as Markdown or CSV already is the table
+        stream = sys.stderr if outputs.to_stdout else sys.stdout
+        stream.write(terminal(output, outputs.wide, stream.isatty()))
+        stream.flush()
     notes = output.notes + ([f"report: {page}"] if page is not None else [])
     notes += [f"ddpprof: error: {error}" for error in output.errors]
     sys.stderr.write("".join(terminal_text(note) + "\n" for note in notes))
