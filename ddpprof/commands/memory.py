@@ -8,6 +8,7 @@ from pathlib import Path
 from .. import memory as estimator
 from ..errors import UsageError
 from ..report.output import Output, Outputs
+from . import require_record_extra
 
 
 def memory(run_paths: list[Path], models: list[str], model_path: Path | None,
@@ -31,6 +32,8 @@ def memory(run_paths: list[Path], models: list[str], model_path: Path | None,
     if not (models or model_path) or not world_sizes:
         raise UsageError("give --model NAME (or --model-path DIR) and --world-size N, "
                          "or recorded RUN folders")
+    if model_path is not None:  # its parameters are counted on the meta device
+        require_record_extra("memory --model-path")
     if model_path is not None and len(models) > 1:
         raise UsageError("--model-path counts one model: give at most one --model to name it")
     names: list[str | None] = [*models] or [None]
