@@ -111,7 +111,10 @@ def test_the_plain_install_analyzes_without_torch(tmp_path):
     assert simulated.returncode == 0, simulated.stderr
     assert json.loads((tmp_path / "s.json").read_text())["rows"]
     assert (tmp_path / "reports" / "simulate.html").is_file()
-    recorded = ddpprof("record", "--variant", "single")
-    assert recorded.returncode == 2
-    assert recorded.stderr == ("ddpprof: error: record needs torch and transformers, which "
-                               "the plain install leaves out: pip install 'ddpprof[record]'\n")
+    for command in ("record", "bench", "sweep", "calibrate"):
+        refused = ddpprof(command)
+        assert refused.returncode == 2
+        assert refused.stderr == (f"ddpprof: error: {command} needs torch and transformers, "
+                                  "which the plain install leaves out: pip install "
+                                  "'ddpprof[record]'\n")
+    assert not list(tmp_path.glob("traces")) and not list(tmp_path.glob("bench"))
