@@ -25,6 +25,6 @@ mkdir -p "$OUT"
     --backend gloo --global-batch "$BATCH" --seq-len "$SEQ_LEN" --steps "$STEPS" \
     --wait 1 --warmup 1 --active 3 --out "$OUT" --name runs --json "$OUT/record.json"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-"$PY" -m ddpprof.cli analyze "$OUT/runs" --json "$OUT/analysis.json" --markdown \
-    --html "$OUT/study.html" | tee "$OUT/analysis.md"
+"$PY" -m ddpprof.cli analyze "$OUT/runs" --json "$OUT/analysis.json" \
+    --markdown "$OUT/analysis.md" --html-out "$OUT/study.html"
 "$PY" benchmarks/study_table.py "$OUT/analysis.json" "$OUT/record.json" | tee "$OUT/table.md"

@@ -37,7 +37,7 @@ def main() -> None:
     steps = {}
     if len(sys.argv) > 2:
         steps = {r["variant"]: r["step_ms"] for r in json.loads(Path(sys.argv[2]).read_text())
-                 ["rows"]}
+                 ["runs"]}
     runs = {r["variant"]: r for r in analysis["runs"]}
     findings: dict[str, list[str]] = {}
     for finding in analysis.get("findings", []):

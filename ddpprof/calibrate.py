@@ -29,6 +29,7 @@ import msgspec
 from .atomic import json_text
 from .errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
 from .manifest import Owner, now_iso, owner_is_gone, validation_problem
+from .report.table import columns
 from .run_folder import RunFolder
 from .simulate.cost import CostModel, fit_cost, traffic_bytes
 from .trace import discover
@@ -38,8 +39,6 @@ SWEEP_CONFIG = ".calibrate.json"
 SWEEP_RESULT = ".calibrate_result.json"
 WORKER_MODULE = "workloads.calibrate"
 SCHEMA = "ddpprof.calibration"
-DEFAULT_MIN_BYTES = 4 * 2**10
-DEFAULT_MAX_BYTES = 256 * 2**20
 #: What rank 0 hands back: a few numbers per timed call.
 MAX_RESULT_BYTES = 64 * 2**20
 
@@ -121,7 +120,10 @@ class Calibration(msgspec.Struct, kw_only=True):
     points: list[SweepPoint] = msgspec.field(default_factory=list)
 
     def cost_model(self, source: str) -> CostModel:
-        assert self.fit is not None
+        """The fitted model; a ``UsageError`` naming ``source`` when the sweep found none."""
+        if self.fit is None:
+            raise UsageError(f"{source}: no cost model ({self.error or 'the sweep has no fit'});"
+                             " give --bandwidth-gbps with --latency-us, or --calibration FILE")
         return CostModel(self.fit.alpha_us, self.fit.beta_busbw_gbps * 1e3, self.fit.r2,
                          len(self.points), source)
 
@@ -152,11 +154,29 @@ def summarize(result: SweepResult, sizes: list[int]) -> tuple[list[SweepPoint], 
                        r2=cost.r2)
 
 
-def point_rows(calibration: Calibration) -> list[dict]:
+class PointRow(msgspec.Struct, kw_only=True):
+    """A measured size beside the fitted model's time for it."""
+
+    size_bytes: int
+    time_us: float
+    time_min_us: float
+    time_max_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    model_time_us: float
+
+
+COLUMNS = columns("size_bytes", "time_us", "busbw_gbps", "model_time_us",
+                  wide=("time_min_us", "time_max_us", "algbw_gbps"))
+
+
+def point_rows(calibration: Calibration) -> list[PointRow]:
     """One row per size, with the fitted model's time beside the measured one."""
     cost = calibration.cost_model("sweep")
     n = calibration.world_size or 2
-    return [{**msgspec.to_builtins(p), "model_time_us": cost.time_us(p.size_bytes, n)}
+    return [PointRow(size_bytes=p.size_bytes, time_us=p.time_us, time_min_us=p.time_min_us,
+                     time_max_us=p.time_max_us, algbw_gbps=p.algbw_gbps,
+                     busbw_gbps=p.busbw_gbps, model_time_us=cost.time_us(p.size_bytes, n))
             for p in calibration.points]
 
 
@@ -284,9 +304,9 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
                                  f"{sweep.timeout_s:g} s (--timeout-s)")
         elif launched.returncode != 0:
             calibration.status = "failed"
-            error = run_error(folder, log, launched.returncode)
-            calibration.error = (f"rank {error.rank}: " if error.rank is not None else "") + \
-                error.message
+            failure = run_error(folder, log, launched.returncode)
+            calibration.error = (f"rank {failure.rank}: " if failure.rank is not None
+                                 else "") + failure.message
         elif leader and folder.kind(SWEEP_RESULT) is None:
             calibration.status, calibration.error = "failed", "the sweep wrote no result"
         else:

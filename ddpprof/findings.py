@@ -128,7 +128,7 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
         run, "bucket_cap_too_large", _exposed_share(rank),
         f"{len(timeline.buckets)} bucket(s) for {_mb(total)} of gradients: the first gradient "
         f"reduction starts {100 * lateness:.0f}% into backward, so little can overlap. Use "
-        f"--bucket-cap-mb {cap:g} ({basis}).",
+        f"--bucket-cap-mib {cap:g} ({basis}).",
         [Evidence("buckets_per_step", len(timeline.buckets)),
          Evidence("gradient_bytes_per_step", total, "B"),
          Evidence("first_launch_into_backward", round(100 * lateness, 1), "%"),
@@ -152,9 +152,9 @@ def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     mean, half = statistics.fmean(sizes), advice.half_bandwidth_bytes
     if mean >= BELOW_HALF_BANDWIDTH * half:
         return None
-    remedy = ("shard in larger units (fewer fully_shard groups, or a larger --bucket-cap-mb)"
+    remedy = ("shard in larger units (fewer fully_shard groups, or a larger --bucket-cap-mib)"
               if _sharded(run) else "bucket gradients together (bucket_ddp_async or "
-              "pytorch_ddp, or a larger --bucket-cap-mb)")
+              "pytorch_ddp, or a larger --bucket-cap-mib)")
     return _finding(
         run, "latency_bound", _exposed_share(rank),
         f"{per_step:.0f} collectives per step of {_mb(mean)} on average, {half / mean:.0f}× "

@@ -23,6 +23,7 @@ import math
 import operator
 import re
 import statistics
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,9 @@ from typing import Any
 import msgspec
 
 from .errors import UsageError
+from .json_input import read_json_bytes
 from .manifest import validation_problem
+from .report.table import Column
 
 DEFAULT_RULE = "overlap_pct >= baseline - 2"
 ANALYZE_SCHEMA, ANALYZE_VERSION = "ddpprof.analyze", 2
@@ -38,6 +41,8 @@ ANALYZE_SCHEMA, ANALYZE_VERSION = "ddpprof.analyze", 2
 GATEABLE_STATUSES = ("complete", None)
 _OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
               "==": operator.eq}
+#: The largest integer a float holds without overflow.
+_LARGEST = int(sys.float_info.max)
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _RULE = re.compile(rf"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<op>>=|<=|==|>|<)\s*"
                    rf"(?:(?P<absolute>{_NUMBER})|baseline\s*(?:(?P<arith>[-+*])\s*"
@@ -130,10 +135,9 @@ def load_runs(path: Path, must_be_json: bool = False) -> list[GateRun]:
     """The runs of an analyze --json file, or of a trace folder analyzed now; every problem
     with them is a ``UsageError`` naming the file, the run and the field."""
     if path.is_file() or must_be_json:
+        data = read_json_bytes(path)
         try:
-            document = json.loads(path.read_bytes())  # json, not msgspec: NaN must be named
-        except OSError as error:
-            raise UsageError(f"{path}: cannot be read ({error.strerror or error})") from None
+            document = json.loads(data)  # json, not msgspec: NaN must be named
         except (ValueError, RecursionError) as error:
             raise UsageError(f"{path}: not JSON ({error})") from None
         return runs_of(document, str(path))
@@ -157,12 +161,20 @@ def runs_of(document: Any, source: str) -> list[GateRun]:
                          f"reads version {ANALYZE_VERSION}")
     for unfinished in decoded.unfinished:
         _refuse_unfinished(source, unfinished.run, unfinished.status, unfinished.error)
-    runs = []
+    runs: list[GateRun] = []
+    seen: dict[str, int] = {}
     for index, row in enumerate(decoded.runs):
         try:
             fields = msgspec.convert(row, AnalyzedRun)
         except msgspec.ValidationError as error:
             raise UsageError(f"{source}: runs[{index}]: {validation_problem(error)}") from None
+        if fields.run in seen:
+            before = seen[fields.run]
+            raise UsageError(
+                f"{source}: two runs are named {fields.run!r}: runs[{before}] "
+                f"({decoded.runs[before].get('folder') or 'no folder'}) and runs[{index}] "
+                f"({row.get('folder') or 'no folder'}); a gate needs unique names")
+        seen[fields.run] = index
         if (where := _non_finite(row)) is not None:
             raise UsageError(f"{source}: run {fields.run!r}: {where} is not a finite number")
         if fields.status not in GATEABLE_STATUSES:
@@ -180,9 +192,13 @@ def _refuse_unfinished(source: str, run: str, status: str | None, error: str | N
 
 
 def _non_finite(value: Any, where: str = "") -> str | None:
-    """The path of the first NaN or infinity in ``value`` (``per_rank[1].overlap_pct``)."""
+    """The path of the first NaN or infinity in ``value`` (``per_rank[1].overlap_pct``), or
+    of an integer too large for a float (JSON has no bound; the arithmetic of the rules
+    does)."""
     if isinstance(value, float) and not math.isfinite(value):
         return f"{where or 'value'} ({value})"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _LARGEST:
+        return f"{where or 'value'} (an integer of {len(str(abs(value)))} digits)"
     if isinstance(value, dict):
         items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
     elif isinstance(value, list):
@@ -257,11 +273,11 @@ class Verdict:
     baseline_repeats: str | None = None     # "2/3": repeats whose metric was a number
     current_repeats: str | None = None
 
-    def row(self) -> dict[str, Any]:
-        return {"rule": self.rule, "run": self.run, "baseline": self.baseline,
-                "current": self.current, "threshold": self.threshold, "verdict": self.verdict,
-                "baseline_repeats": self.baseline_repeats,
-                "current_repeats": self.current_repeats}
+
+
+COLUMNS = [Column("rule"), Column("run"), Column("baseline"), Column("current"),
+           Column("threshold"), Column("verdict")]
+REPEAT_COLUMNS = [Column("baseline_repeats"), Column("current_repeats")]
 
 
 def aggregate(runs: list[GateRun]) -> list[GateRun]:
@@ -320,8 +336,11 @@ def evaluate(rules: list[Rule], current: list[GateRun], baseline: list[GateRun],
     """Every rule on every matched pair. A metric that is n/a (null) on both sides is n/a; one
     that is n/a now but was a number in the baseline FAILs (it vanished); a rule that needs
     the baseline's value where the baseline has none is an error."""
+    pairs = match_runs(current, baseline)
+    if not pairs:
+        raise UsageError("no run to compare: both sides hold no complete run")
     verdicts = []
-    for now, before in match_runs(current, baseline):
+    for now, before in pairs:
         for rule in rules:
             value = now.metric(rule.metric, "current")
             reference = before.metric(rule.metric, "baseline")

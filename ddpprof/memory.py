@@ -1,5 +1,5 @@
-"""Bytes per rank under DDP and ZeRO stages 1-3: seed 004's memory table, for any model and world
-size, and its comparison with what a recorded run measured. Pure functions; no torch.
+"""Bytes per rank under DDP and ZeRO stages 1-3 (the ZeRO paper's memory table), for any model
+and world size, and its comparison with what a recorded run measured. Pure functions; no torch.
 
 With Ψ parameters, N ranks and ``k_p``, ``k_g``, ``k_o`` bytes per parameter of parameters,
 gradients and optimizer state (:func:`bytes_per_parameter`), a rank holds
@@ -14,10 +14,10 @@ ZeRO-3     k_p·⌈Ψ/N⌉    k_g·⌈Ψ/N⌉    k_o·⌈Ψ/N⌉
 =========  ===========  ===========  ===========
 
 A shard is ⌈Ψ/N⌉ elements: the ranks' shards are equal and the last is padded, which is what a
-rank really holds. Mixed-precision AdamW (2 + 2 + 12) gives seed 004's 16Ψ, 4Ψ + 12Ψ/N,
+rank really holds. Mixed-precision AdamW (2 + 2 + 12) gives the paper's 16Ψ, 4Ψ + 12Ψ/N,
 2Ψ + 14Ψ/N and 16Ψ/N.
 
-Communication per rank and optimizer step, in the ring model of seed 001 (a reduce-scatter or an
+Communication per rank and optimizer step, in the ring model (a reduce-scatter or an
 all-gather of S bytes sends (N−1)/N·S per rank, an all-reduce twice that): DDP all-reduces the
 gradients, 2(N−1)/N·Ψ·k_g; stages 1 and 2 reduce-scatter the gradients and all-gather the
 parameters, (N−1)/N·Ψ·(k_g + k_p), the same when k_g = k_p; stage 3 all-gathers the parameters
@@ -30,12 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from .errors import UsageError
-from .manifest import MANIFEST_NAME, RunManifest, read_manifest
+from .manifest import MANIFEST_NAME, MemoryRow, RunManifest, read_manifest
+from .report.table import Column, Table, columns
 from .variants import VARIANTS
 
 PRECISIONS = ("fp32", "bf16-mixed")
@@ -127,8 +127,10 @@ def estimate_stage(parameters: int, world_size: int, stage: int, precision: str,
     comm = {0: 2 * ring * per.grads, 1: ring * (per.grads + per.params),
             2: ring * (per.grads + per.params), 3: ring * (per.grads + 2 * per.params)}[stage]
     ks = (per.params, per.grads, per.optimizer)
+    params_bytes, grads_bytes, optimizer_bytes = sizes
     return StageEstimate(
-        stage, precision, optimizer, parameters, world_size, *sizes, comm,
+        stage, precision, optimizer, parameters, world_size, params_bytes, grads_bytes,
+        optimizer_bytes, comm,
         _formula(sum(k for k, cut in zip(ks, sharded, strict=True) if not cut),
                  sum(k for k, cut in zip(ks, sharded, strict=True) if cut)))
 
@@ -172,7 +174,7 @@ class RankComparison:
     rank: int
     estimated_bytes: int
     measured_bytes: int
-    measured: dict[str, Any]      # the rank's row of run.json's ``memory``
+    measured: MemoryRow           # the rank's row of run.json's ``memory``
 
     @property
     def error_pct(self) -> float:
@@ -185,6 +187,7 @@ class RunComparison:
     run: str
     path: Path
     variant: str
+    model: str
     estimate: StageEstimate
     ranks: list[RankComparison]
 
@@ -234,67 +237,125 @@ def compare_run(path: Path) -> RunComparison:
             raise UsageError(f"{manifest_path}: memory row of rank {row.rank} lacks "
                              f"{', '.join(_MEASURED_KEYS)}")
     ranks = [RankComparison(row.rank, estimate.total_bytes,
-                            sum(getattr(row, k) for k in _MEASURED_KEYS),
-                            msgspec.to_builtins(row))
+                            sum(getattr(row, k) for k in _MEASURED_KEYS), row)
              for row in sorted(rows, key=lambda r: r.rank)]
-    return RunComparison(manifest.run or path.name, path, manifest.config.variant, estimate,
-                         ranks)
+    return RunComparison(manifest.run or path.name, path, manifest.config.variant,
+                         manifest.config.model or "", estimate, ranks)
 
 
-# --- rows for the table renderers -----------------------------------------------------------
+# --- rows and documents ---------------------------------------------------------------------
 
 def _unit(largest_bytes: float) -> tuple[str, int]:
     return ("gib", 1 << 30) if largest_bytes >= 1 << 30 else ("mib", 1 << 20)
 
 
-def estimate_rows(estimates: list[StageEstimate]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Display rows (bytes in GiB or MiB, the unit in the column names) and their columns."""
+def _sizes(unit: str, scale: int, *keys: str, wide: bool = False) -> list[Column]:
+    """Byte columns shown in ``unit`` (``params_bytes`` as ``params_mib``)."""
+    return [Column(key, key.replace("bytes", unit), wide=wide, scale=scale) for key in keys]
+
+
+def estimates_table(estimates: list[StageDocument]) -> Table:
+    """The estimates, sizes in GiB when one reaches a GiB."""
     unit, scale = _unit(max((e.total_bytes for e in estimates), default=0))
-    rows = [{"precision": e.precision, "optimizer": e.optimizer, "stage": e.name,
-             "formula": e.formula, f"params_{unit}": e.params_bytes / scale,
-             f"grads_{unit}": e.grads_bytes / scale,
-             f"optimizer_{unit}": e.optimizer_bytes / scale,
-             f"total_{unit}": e.total_bytes / scale,
-             f"comm_{unit}_per_step": e.comm_bytes_per_step / scale} for e in estimates]
-    return rows, list(rows[0]) if rows else []
+    return Table([*columns("model", "world_size", "precision", "optimizer"),
+                  Column("name", "stage"), Column("formula"),
+                  *_sizes(unit, scale, "total_bytes", "comm_bytes_per_step"),
+                  *_sizes(unit, scale, "params_bytes", "grads_bytes", "optimizer_bytes",
+                          wide=True)], estimates)
 
 
-def comparison_rows(runs: list[RunComparison]) -> tuple[list[dict[str, Any]], list[str]]:
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One rank of a recorded run: the estimate beside what it measured."""
+
+    run: str
+    variant: str
+    stage: str
+    rank: int
+    estimated_bytes: int
+    measured_bytes: int
+    error_pct: float
+    params_bytes: int | None
+    grads_bytes: int | None
+    optimizer_bytes: int | None
+    step_peak_rise_bytes: int | None
+    peak_rss_bytes: int | None
+
+
+def comparisons_table(runs: list[RunComparison]) -> Table:
     unit, scale = _unit(max((r.measured_bytes for run in runs for r in run.ranks), default=0))
-
-    def scaled(value: Any) -> float | None:
-        return value / scale if isinstance(value, int | float) else None
-
-    rows = [{"run": run.run, "variant": run.variant, "stage": run.estimate.name,
-             "rank": r.rank, f"estimated_{unit}": r.estimated_bytes / scale,
-             f"measured_{unit}": r.measured_bytes / scale, "error_pct": r.error_pct,
-             f"params_{unit}": scaled(r.measured["params_bytes"]),
-             f"grads_{unit}": scaled(r.measured["grads_bytes"]),
-             f"optimizer_{unit}": scaled(r.measured["optimizer_bytes"]),
-             f"step_peak_rise_{unit}": scaled(r.measured.get("step_peak_rise_bytes")),
-             f"peak_rss_{unit}": scaled(r.measured.get("peak_rss_bytes"))}
+    rows = [ComparisonRow(run.run, run.variant, run.estimate.name, r.rank, r.estimated_bytes,
+                          r.measured_bytes, r.error_pct, r.measured.params_bytes,
+                          r.measured.grads_bytes, r.measured.optimizer_bytes,
+                          r.measured.step_peak_rise_bytes, r.measured.peak_rss_bytes)
             for run in runs for r in run.ranks]
-    return rows, list(rows[0]) if rows else []
+    return Table([Column("run", max_width=24), *columns("variant", "stage", "rank"),
+                  *_sizes(unit, scale, "estimated_bytes", "measured_bytes"), Column("error_pct"),
+                  *_sizes(unit, scale, "params_bytes", "grads_bytes", "optimizer_bytes",
+                          "step_peak_rise_bytes", "peak_rss_bytes", wide=True)], rows)
 
 
-def estimate_document(label: str, estimates: list[StageEstimate]) -> dict[str, Any]:
-    return {"schema": "ddpprof.memory", "version": 1, "model": label,
-            "parameters": estimates[0].parameters, "world_size": estimates[0].world_size,
-            "rows": [_estimate_json(e) for e in estimates]}
+class StageDocument(msgspec.Struct, kw_only=True):
+    """One stage's estimate for one model at one world size (a row of the table)."""
+
+    model: str
+    stage: int                       # 0 is DDP
+    name: str
+    precision: str
+    optimizer: str
+    parameters: int
+    world_size: int
+    formula: str
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    total_bytes: int
+    comm_bytes_per_step: float
+
+    @classmethod
+    def of(cls, e: StageEstimate, model: str = "") -> StageDocument:
+        return cls(model=model, stage=e.stage, name=e.name, precision=e.precision,
+                   optimizer=e.optimizer, parameters=e.parameters, world_size=e.world_size,
+                   formula=e.formula,
+                   params_bytes=e.params_bytes, grads_bytes=e.grads_bytes,
+                   optimizer_bytes=e.optimizer_bytes, total_bytes=e.total_bytes,
+                   comm_bytes_per_step=e.comm_bytes_per_step)
 
 
-def comparison_document(runs: list[RunComparison]) -> dict[str, Any]:
-    return {"schema": "ddpprof.memory", "version": 1, "runs": [{
-        "run": run.run, "path": str(run.path), "variant": run.variant,
-        "estimate": _estimate_json(run.estimate),
-        "ranks": [{"rank": r.rank, "estimated_bytes": r.estimated_bytes,
-                   "measured_bytes": r.measured_bytes, "error_pct": r.error_pct,
-                   "measured": r.measured} for r in run.ranks]} for run in runs]}
+class RankDocument(msgspec.Struct, kw_only=True):
+    rank: int
+    estimated_bytes: int
+    measured_bytes: int
+    error_pct: float
+    measured: MemoryRow
 
 
-def _estimate_json(e: StageEstimate) -> dict[str, Any]:
-    return {"stage": e.stage, "name": e.name, "precision": e.precision, "optimizer": e.optimizer,
-            "parameters": e.parameters, "world_size": e.world_size, "formula": e.formula,
-            "params_bytes": e.params_bytes, "grads_bytes": e.grads_bytes,
-            "optimizer_bytes": e.optimizer_bytes, "total_bytes": e.total_bytes,
-            "comm_bytes_per_step": e.comm_bytes_per_step}
+class RunDocument(msgspec.Struct, kw_only=True):
+    run: str
+    path: str
+    variant: str
+    estimate: StageDocument
+    ranks: list[RankDocument]
+
+
+class MemoryDocument(msgspec.Struct, kw_only=True):
+    """``ddpprof memory --json``: ``estimates`` for --model, or ``runs`` for recorded runs."""
+
+    schema: str = "ddpprof.memory"
+    version: int = 2
+    estimates: list[StageDocument] = msgspec.field(default_factory=list)
+    runs: list[RunDocument] = msgspec.field(default_factory=list)
+
+
+def estimate_document(estimates: list[tuple[str, StageEstimate]]) -> MemoryDocument:
+    """(model label, estimate) pairs as the ``--json`` document."""
+    return MemoryDocument(estimates=[StageDocument.of(e, label) for label, e in estimates])
+
+
+def comparison_document(runs: list[RunComparison]) -> MemoryDocument:
+    return MemoryDocument(runs=[RunDocument(
+        run=run.run, path=str(run.path), variant=run.variant,
+        estimate=StageDocument.of(run.estimate, run.model),
+        ranks=[RankDocument(rank=r.rank, estimated_bytes=r.estimated_bytes,
+                            measured_bytes=r.measured_bytes, error_pct=r.error_pct,
+                            measured=r.measured) for r in run.ranks]) for run in runs])

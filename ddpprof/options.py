@@ -1,20 +1,30 @@
-"""Click parameter types for every command's options, defined once.
+"""The command-line grammar, defined once: parameter types, and the options several commands
+share, so that one concept has one option, one type and one multiplicity everywhere.
 
-Each type rejects a bad value while the command line is parsed, before anything runs: click
-reports it as one line naming the option, and ``ddpprof`` exits 2. Numbers are finite (``nan``
-and ``inf`` are refused) and in range; names, endpoints and comma-separated lists are checked
-the same way.
+* Every type rejects a bad value while the command line is parsed, before anything runs: click
+  reports it as one line naming the option, and ``ddpprof`` exits 2. Numbers are finite
+  (``nan`` and ``inf`` are refused) and in range.
+* A list option (``--variant``, ``--model``, ``--nproc``, ``--bucket-cap-mib``,
+  ``--world-size``, ...) takes one value or a comma-separated list, and may be repeated:
+  ``--nproc 1,2 --nproc 4`` is ``1, 2, 4``. An empty list is refused.
+* Outputs: ``--json FILE|-`` (the full result, with ``schema`` and ``version``), ``--csv
+  FILE|-`` and ``--markdown FILE|-`` (the table), ``--html`` (the page, under ``reports/``)
+  or ``--html-out FILE``; ``-`` is standard output, which then carries only that file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
 
 import click
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class FiniteFloat(click.ParamType):
@@ -30,7 +40,7 @@ class FiniteFloat(click.ParamType):
                 ctx: click.Context | None) -> float:
         try:
             number = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             self.fail(f"{value!r} is not a number", param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
@@ -52,28 +62,35 @@ class FiniteFloat(click.ParamType):
         return f"FiniteFloat({self._range()})"
 
 
-class NumberList(click.ParamType):
-    """Comma-separated numbers of one type (``1,2,5``), each checked by ``item``; the result is
-    sorted with duplicates removed."""
+class ListOf(click.ParamType):
+    """One value or a comma-separated list, each checked by ``item``. ``everything``: what
+    ``all`` stands for (``--variant all``)."""
 
     name = "list"
 
-    def __init__(self, item: click.ParamType) -> None:
-        self.item = item
+    def __init__(self, item: click.ParamType, everything: Sequence[str] | None = None) -> None:
+        self.item, self.everything = item, everything
 
     def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> list:
+                ctx: click.Context | None) -> list[Any]:
         if isinstance(value, list):
             return value
         parts = [part.strip() for part in str(value).split(",") if part.strip()]
         if not parts:
-            self.fail(f"{value!r}: expected numbers separated by commas", param, ctx)
-        return sorted({self.item.convert(part, param, ctx) for part in parts})
+            self.fail(f"{value!r}: expected a value, or several separated by commas", param,
+                      ctx)
+        if self.everything is not None and parts == ["all"]:
+            return list(self.everything)
+        return [self.item.convert(part, param, ctx) for part in parts]
+
+    def __repr__(self) -> str:
+        return f"ListOf({self.item!r})"
 
 
 class RunName(click.ParamType):
     """One path component: a run folder's name under ``--out``. Not empty, no separator, not
-    ``.`` or ``..``, and not hidden (analyze skips folders whose name starts with a dot)."""
+    ``.`` or ``..``, not hidden (analyze skips folders whose name starts with a dot), and no
+    control character (a newline in a name would break every table it is printed in)."""
 
     name = "name"
 
@@ -87,6 +104,8 @@ class RunName(click.ParamType):
             self.fail(f"{name!r} must be one folder name, without {os.sep!r}", param, ctx)
         if name.startswith("."):
             self.fail(f"{name!r}: a name starting with '.' is hidden from analyze", param, ctx)
+        if not name.isprintable():
+            self.fail(f"{name!r}: a name must not hold control characters", param, ctx)
         return name
 
 
@@ -120,12 +139,29 @@ class ByteSize(click.ParamType):
         text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
         unit = text[-1:] if text[-1:] in ("K", "M", "G") else ""
         digits = text[:len(text) - len(unit)]
-        if not digits.isdigit():
+        if not digits.isdigit() or len(digits) > 30:
             self.fail(f"{value!r} is not a size in bytes (4096, 4K, 256M, 1G)", param, ctx)
         size = int(digits) * self._UNITS[unit]
         if size < self.min:
             self.fail(f"{value!r} is less than {self.min} bytes", param, ctx)
         return size
+
+
+class Option(click.Option):
+    """A click option that also answers to deprecated spellings, kept out of ``--help``
+    (``--bucket-cap-mb`` for ``--bucket-cap-mib``)."""
+
+    def __init__(self, *args: Any, aliases: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.aliases = tuple(aliases)
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        shown = self.opts
+        self.opts = [*shown, *self.aliases]
+        try:
+            super().add_to_parser(parser, ctx)
+        finally:
+            self.opts = shown
 
 
 POSITIVE_INT = click.IntRange(min=1)
@@ -137,10 +173,12 @@ POSITIVE_FLOAT = FiniteFloat(min=0, min_open=True)
 NON_NEGATIVE_FLOAT = FiniteFloat(min=0)
 #: Timeouts end up in timedelta and in milliseconds as C integers: a week is plenty.
 TIMEOUT_S = FiniteFloat(min=0, max=7 * 24 * 3600, min_open=True)
-POSITIVE_INT_LIST = NumberList(POSITIVE_INT)
-POSITIVE_FLOAT_LIST = NumberList(POSITIVE_FLOAT)
+#: A world size beyond any real cluster is bad input, not a question.
+WORLD_SIZE = click.IntRange(min=1, max=1 << 20)
 RUN_NAME = RunName()
 ENDPOINT = Endpoint()
+OUTPUT = click.Path(path_type=Path, allow_dash=True)
+FOLDER = click.Path(path_type=Path)
 
 
 def check_run_name(name: str) -> str | None:
@@ -152,15 +190,120 @@ def check_run_name(name: str) -> str | None:
     return None
 
 
-def config_options(fields: Sequence[dataclasses.Field], only: Iterable[str] | None = None,
-                   **defaults: Any) -> Callable[[Callable], Callable]:
+# --- options shared by several commands -----------------------------------------------------
+
+def list_option(*decls: str, item: click.ParamType, help: str, default: str | None = None,
+                everything: Sequence[str] | None = None, sort: bool = False,
+                metavar: str = "X[,X...]", aliases: Sequence[str] = ()
+                ) -> Callable[[F], F]:
+    """A repeatable option taking one value or a comma list (see the module docstring); the
+    command gets a list without duplicates, sorted when ``sort``; ``[]`` when it is not given
+    and has no ``default``."""
+
+    def join(ctx: click.Context, param: click.Parameter, value: Iterable[list[Any]]
+             ) -> list[Any]:
+        unique = list(dict.fromkeys(v for chunk in value or () for v in chunk))
+        return sorted(unique) if sort else unique
+
+    return click.option(*decls, cls=Option, type=ListOf(item, everything), multiple=True,
+                        default=(default,) if default is not None else None,
+                        show_default=default is not None, metavar=metavar, callback=join,
+                        help=help + " Repeatable, or comma-separated.", aliases=aliases)
+
+
+def variant_option(default: str) -> Callable[[F], F]:
+    from .variants import VARIANT_NAMES
+
+    return list_option("--variant", "variants", item=click.Choice(VARIANT_NAMES),
+                       everything=VARIANT_NAMES, default=default, metavar="VARIANT",
+                       aliases=("--variants",),
+                       help=f"all, or of: {', '.join(VARIANT_NAMES)} (`ddpprof variants`).")
+
+
+def model_option(default: str | None, what: str = "") -> Callable[[F], F]:
+    from workloads.configs import MODEL_NAMES
+
+    return list_option("--model", "models", item=click.STRING, default=default,
+                       metavar="MODEL", aliases=("--models",),
+                       help=f"{what}One of: {', '.join(MODEL_NAMES)}.")
+
+
+def nproc_option(default: str) -> Callable[[F], F]:
+    return list_option("--nproc", "nprocs", item=POSITIVE_INT, default=default, sort=True,
+                       metavar="N", help="Ranks per node.")
+
+
+def bucket_cap_option(default: str, help: str) -> Callable[[F], F]:
+    return list_option("--bucket-cap-mib", "bucket_caps_mib", item=POSITIVE_FLOAT, sort=True,
+                       default=default, metavar="MIB", aliases=("--bucket-cap-mb",),
+                       help=help)
+
+
+def out_option(default: str, help: str) -> Callable[[F], F]:
+    return click.option("--out", type=FOLDER, default=Path(default), show_default=True,
+                        help=help)
+
+
+def outputs(json: str, table: bool = True, html: str | None = None,
+            progress: bool = False) -> Callable[[F], F]:
+    """``--json`` (``json`` names what it holds), and with ``table`` ``--csv``,
+    ``--markdown`` and ``--wide``; ``--html``/``--html-out`` with ``html`` (the page's default
+    name under ``reports/``); ``--quiet`` with ``progress``. The command gets them as one
+    ``outputs`` argument (``ddpprof.report.output.Outputs``)."""
+    chosen = [click.option("--json", "json_file", type=OUTPUT, metavar="FILE|-",
+                           help=f"Write {json} as JSON (- for standard output).")]
+    if table:
+        chosen += [
+            click.option("--csv", "csv_file", type=OUTPUT, metavar="FILE|-",
+                         help="Write the table, every column, as CSV (- for standard output)."),
+            click.option("--markdown", "markdown_file", type=OUTPUT, metavar="FILE|-",
+                         help="Write the table as Markdown (- for standard output)."),
+            click.option("--wide", is_flag=True,
+                         help="Print every column (the default fits 100 columns).")]
+    if html is not None:
+        chosen += [
+            click.option("--html", "html", is_flag=True,
+                         help=f"Write the self-contained HTML page to reports/{html}.html."),
+            click.option("--html-out", "html_file", type=OUTPUT, metavar="FILE",
+                         help="Write the HTML page to FILE instead.")]
+    if progress:
+        chosen.append(click.option("--quiet", is_flag=True,
+                                   help="No progress display (none under CI=true, or when "
+                                        "standard error is not a terminal)."))
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def with_outputs(*args: Any, json_file: Path | None = None,
+                         csv_file: Path | None = None, markdown_file: Path | None = None,
+                         wide: bool = False, html: bool = False, html_file: Path | None = None,
+                         quiet: bool = False, **kwargs: Any) -> Any:
+            from .report.output import Outputs
+
+            return command(*args, outputs=Outputs(json_file, csv_file, markdown_file,
+                                                  html or html_file is not None, html_file,
+                                                  wide, quiet), **kwargs)
+
+        for option in reversed(chosen):
+            with_outputs = option(with_outputs)
+        return with_outputs  # type: ignore[return-value]
+
+    return decorate
+
+
+def world_size_option(help: str) -> Callable[[F], F]:
+    return list_option("--world-size", "world_sizes", item=WORLD_SIZE, sort=True, metavar="N",
+                       help=help)
+
+
+def config_options(fields: Sequence[dataclasses.Field[Any]], only: Iterable[str],
+                   **defaults: Any) -> Callable[[F], F]:
     """Click options generated from dataclass fields declared with ``help``/``type``/``flag``
     metadata (``ddpprof.record.config.option``): ``--field-name``, its type, the field's default
     (or the one given here) and its help. ``only`` picks and orders the fields."""
     by_name = {f.name: f for f in fields}
-    chosen = [by_name[name] for name in only] if only is not None else list(fields)
+    chosen = [by_name[name] for name in only]
 
-    def decorate(command: Callable) -> Callable:
+    def decorate(command: F) -> F:
         for f in reversed(chosen):
             meta, flag = f.metadata, "--" + f.name.replace("_", "-")
             default = defaults.get(f.name, f.default)
@@ -174,3 +317,47 @@ def config_options(fields: Sequence[dataclasses.Field], only: Iterable[str] | No
         return command
 
     return decorate
+
+
+def _stack(*chosen: Callable[[F], F]) -> Callable[[F], F]:
+    def decorate(command: F) -> F:
+        for option in reversed(chosen):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def sweep_size_options() -> Callable[[F], F]:
+    """``calibrate``'s sizes and repetitions (nccl-tests' ``-b -e -f -w -n``)."""
+    return _stack(
+        click.option("--min-bytes", default="4K", show_default=True, type=ByteSize(min=4),
+                     help="Smallest all-reduce (4096, 4K, 1M, ...)."),
+        click.option("--max-bytes", default="256M", show_default=True, type=ByteSize(min=4),
+                     help="Largest all-reduce."),
+        click.option("--step-factor", default=2.0, show_default=True,
+                     type=FiniteFloat(min=1, min_open=True),
+                     help="Each size is the previous one times this."),
+        click.option("--warmup-iters", default=5, show_default=True, type=NON_NEGATIVE_INT,
+                     help="Untimed calls per size."),
+        click.option("--iters", default=20, show_default=True, type=POSITIVE_INT,
+                     help="Timed calls per size (their median is the size's time)."))
+
+
+def cost_model_options() -> Callable[[F], F]:
+    """Where ``simulate`` takes its cost model and its measured points from."""
+    return _stack(
+        click.option("--calibration", type=FOLDER,
+                     help="A `ddpprof calibrate` file [default: calibration.json in the run "
+                          "folder or its parent, else a fit over the run's collectives, else "
+                          "a sweep now]."),
+        click.option("--bandwidth-gbps", type=POSITIVE_FLOAT,
+                     help="Use this bus bandwidth (GB/s) instead of a calibration or fit."),
+        click.option("--latency-us", type=NON_NEGATIVE_FLOAT,
+                     help="Use this per-call latency (µs) instead of a calibration or fit."),
+        click.option("--ready-order", is_flag=True,
+                     help="Bucket gradients in the order they become ready, not in reverse "
+                          "registration order (what PyTorch's Reducer and bucket_ddp_async "
+                          "do)."),
+        click.option("--measured", type=FOLDER,
+                     help="A `ddpprof sweep --json` file: measured points to compare and draw."))

@@ -1,4 +1,6 @@
-"""Progress lines for long recordings, on stderr; silent under ``--quiet`` or ``CI=true``."""
+"""Progress of long work on stderr, drawn by rich: a bar per recording (the step rank 0 last
+reported) and one over the ranks of ``analyze``. Silent under ``--quiet``, under ``CI=true``,
+and whenever stderr is not a terminal (a log file gets no carriage returns)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,13 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _STEP_LINE = re.compile(rb"ddpprof-step (\d+)/(\d+)")
 
@@ -17,48 +24,91 @@ def quiet_by_environment() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def shown(quiet: bool) -> bool:
+    """Whether progress is drawn: asked for, not under CI, and stderr is a terminal."""
+    return not quiet and not quiet_by_environment() and sys.stderr.isatty()
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _bar(console: Console) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as RichProgress
+
+    return RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=console, transient=True)
+
+
 class Progress:
+    """One line per recorded run ``[k/total] label ... status in 12.3s``, and while it runs a
+    bar over its steps."""
+
     def __init__(self, quiet: bool, total: int) -> None:
-        self.quiet = quiet or quiet_by_environment()
+        self.live = shown(quiet)
         self.total = total
         self.index = 0
-        self.live = sys.stderr.isatty()
         self._label = ""
         self._started = 0.0
+        self._console = _console() if self.live else None
 
-    def _write(self, text: str, end: str = "\n") -> None:
-        if not self.quiet:
-            sys.stderr.write(text + end)
-            sys.stderr.flush()
-
-    def start(self, variant: str, run_dir: Path, world_size: int) -> None:
+    def start(self, label: str, run_dir: Path, world_size: int) -> None:
         self.index += 1
         self._started = time.monotonic()
-        self._label = f"[{self.index}/{self.total}] {variant} ({world_size} rank" \
-                      f"{'s' if world_size > 1 else ''}) -> {run_dir}"
-        if not self.live:
-            self._write(self._label + " ...")
+        self._label = (f"[{self.index}/{self.total}] {label} ({world_size} rank"
+                       f"{'s' * (world_size != 1)}) -> {run_dir}")
 
-    def follow(self, process: subprocess.Popen, log_path: Path, steps: int,
+    def follow(self, process: subprocess.Popen[Any], log_path: Path, steps: int,
                on_tick: Callable[[], None] = lambda: None) -> None:
-        """Wait for ``process``, calling ``on_tick`` four times a second; on a terminal, show
-        the step rank 0 last reported."""
-        while process.poll() is None:
-            on_tick()
-            if self.live and not self.quiet:
-                step = _last_step(log_path)
-                elapsed = time.monotonic() - self._started
-                self._write(f"\r{self._label}  step {step}/{steps}  {elapsed:5.1f}s", end="")
-            time.sleep(0.25)
-        if self.live and not self.quiet:
-            self._write("\r\033[K", end="")
+        """Wait for ``process``, calling ``on_tick`` four times a second; while it runs, a
+        bar shows the step rank 0 last reported."""
+        if self._console is None:
+            while process.poll() is None:
+                on_tick()
+                time.sleep(0.25)
+            return
+        from rich.markup import escape
+
+        with _bar(self._console) as bar:
+            task = bar.add_task(escape(self._label), total=steps)
+            while process.poll() is None:
+                on_tick()
+                bar.update(task, completed=_last_step(log_path))
+                time.sleep(0.25)
 
     def finish(self, status: str, samples_per_s: float | None, error: str | None) -> None:
+        if self._console is None:
+            return
         elapsed = time.monotonic() - self._started
-        detail = f"{samples_per_s:,.0f} samples/s" if samples_per_s else ""
-        if error:
-            detail = error
-        self._write(f"{self._label}  {status} in {elapsed:.1f}s  {detail}".rstrip())
+        detail = error or (f"{samples_per_s:,.0f} samples/s" if samples_per_s else "")
+        self._console.print(f"{self._label}  {status} in {elapsed:.1f}s  {detail}".rstrip(),
+                            markup=False, soft_wrap=True)
+
+
+@contextmanager
+def ranks(quiet: bool) -> Iterator[tuple[Callable[[int, int, Any], None],
+                                         Callable[[int, int], None]]]:
+    """``(on_run, on_rank)`` for ``ddpprof.analysis.analyze_paths``: a bar over the ranks of
+    the run being analyzed, gone when the block ends."""
+    if not shown(quiet):
+        yield (lambda index, total, run: None), (lambda done, total: None)
+        return
+    from rich.markup import escape
+
+    with _bar(_console()) as bar:
+        task = bar.add_task("analyzing", total=None)
+
+        def on_run(index: int, total: int, run: Any) -> None:
+            bar.update(task, description=escape(f"[{index + 1}/{total}] {run.name}"),
+                       completed=0, total=len(run.traces))
+
+        def on_rank(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield on_run, on_rank
 
 
 def _last_step(log_path: Path) -> int:

@@ -1,70 +1,126 @@
 """``ddpprof sweep``: record and analyze the bucketed variants over a range of bucket sizes.
 
-Seed 002's trade-off, measured: small buckets start communicating early but pay the per-call
-latency many times; big ones pay it once but start late and overlap little. Step time against
-bucket size is a valley.
+The bucket-size valley: small buckets start communicating early but pay the per-call latency
+many times; big ones pay it once but start late and overlap little. Step time against bucket
+size is a valley.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from .analysis import analyze_run, run_row
 from .errors import UsageError
 from .progress import Progress
+from .record.config import RunConfig
 from .record.launcher import Recording, record
+from .report.table import Column, columns
 from .trace.discover import RunInput, is_trace_file
+from .trace.storage import Location
+from .variants import VARIANTS
 
-BUCKETED = ("bucket_ddp_async", "pytorch_ddp")
-DEFAULT_BUCKET_CAP_MB = 25.0
+#: The cap a variant gets when none is given, marked on the valley.
+DEFAULT_BUCKET_CAP_MIB: float = RunConfig.bucket_cap_mb
 
 
-def sweep(variants: list[str], sizes_mb: list[float], base: Recording) -> list[dict[str, Any]]:
-    """One profiled run per (bucket size, variant), the variants interleaved at each size; a row
-    of measurements for each."""
-    others = [v for v in variants if v not in BUCKETED]
+@dataclass(frozen=True)
+class SweepRow:
+    """One run: a variant at one bucket cap. Step time is the median of the run's unprofiled
+    steps (run.json); overlap, calls and exposed communication come from its profiled steps
+    (``ddpprof analyze``'s definitions)."""
+
+    variant: str
+    model: str
+    nproc: int
+    bucket_cap_mib: float
+    run: str                                # its folder under --out
+    status: str
+    buckets: int | None = None              # all-reduces per gradient sync (run.json)
+    step_ms: float | None = None
+    samples_per_s: float | None = None
+    overlap_pct: float | None = None
+    all_reduce_calls_per_step: float | None = None
+    exposed_comm_ms_per_step: float | None = None
+    error: str | None = None
+
+
+COLUMNS: list[Column] = [
+    Column("variant"), Column("bucket_cap_mib", "cap_mib"), Column("status"),
+    Column("buckets"), Column("step_ms"), Column("overlap_pct", "overlap_%"),
+    Column("all_reduce_calls_per_step", "calls/step"),
+    Column("exposed_comm_ms_per_step", "exposed_ms/step"),
+    *columns(wide=("model", "nproc", "samples_per_s", "run", "error"))]
+
+
+@dataclass(frozen=True)
+class SweepDocument:
+    """``ddpprof sweep --json`` (``simulate --measured`` reads it)."""
+
+    models: list[str]
+    nprocs: list[int]
+    global_batch: int
+    rows: list[SweepRow]
+    schema: str = "ddpprof.sweep"
+    version: int = 2
+
+
+def check_variants(variants: list[str]) -> None:
+    others = [v for v in variants if not VARIANTS[v].bucketed]
     if others:
-        raise UsageError(f"variant {others[0]!r} has no buckets to size "
-                         f"(sweep {', '.join(BUCKETED)})")
+        bucketed = ", ".join(n for n, info in VARIANTS.items() if info.bucketed)
+        raise UsageError(f"--variant {others[0]}: it has no buckets to size (sweep {bucketed})")
+
+
+def sweep(base: Recording) -> list[SweepRow]:
+    """One profiled run per variant under each of ``base.configs`` (models, ranks and bucket
+    sizes; the variants interleaved at each), named as ``record`` names them
+    (``ddpprof.record.grid``); a row of measurements for each."""
+    check_variants(base.variants)
+    planned = base.runs()
     rows = []
-    progress = Progress(quiet=base.quiet, total=len(sizes_mb) * len(variants))
-    for size in sizes_mb:
-        for variant in variants:
-            recording = Recording([variant], base.config.replace(bucket_cap_mb=size),
-                                  out=base.out, name=f"{variant}-cap{size:g}", quiet=True)
-            progress.start(f"{variant} at {size:g} MiB", recording.run_dir(variant),
-                           base.config.world_size)
-            [outcome] = record(recording)
-            speed = outcome.manifest.throughput
-            progress.finish(outcome.status, speed.samples_per_s if speed else None,
-                            outcome.error)
-            row: dict[str, Any] = {"variant": variant, "bucket_cap_mb": size,
-                                   "run": outcome.run_dir.name, "status": outcome.status}
-            if outcome.status == "complete":
-                traces = sorted(p for p in outcome.run_dir.iterdir() if is_trace_file(p))
-                [analyzed_run] = analyze_run(RunInput(outcome.run_dir.name, outcome.run_dir,
-                                                      traces))
-                analyzed = run_row(analyzed_run).to_dict()
-                assert speed is not None and speed.median_step_s is not None
-                row.update(step_ms=speed.median_step_s * 1e3,
-                           samples_per_s=speed.samples_per_s,
-                           overlap_pct=analyzed["overlap_pct"],
-                           all_reduce_calls_per_step=analyzed["all_reduce_calls_per_step"],
-                           exposed_comm_ms_per_step=analyzed["exposed_comm_ms_per_step"],
-                           buckets=outcome.manifest.config.allreduces_per_sync)
-            else:
-                row["error"] = outcome.error
-            rows.append(row)
+    progress = Progress(quiet=base.quiet, total=len(planned))
+    for run in planned:
+        config, size = run.config, run.config.bucket_cap_mb
+        recording = Recording([run.variant], config, out=base.out, name=run.label, quiet=True)
+        progress.start(f"{run.label} at {size:g} MiB", recording.run_dir(run.variant),
+                       config.world_size)
+        [outcome] = record(recording)
+        speed = outcome.manifest.throughput
+        progress.finish(outcome.status, speed.samples_per_s if speed else None, outcome.error)
+        name, where = outcome.run_dir.name, (run.variant, config.model, config.nproc, size)
+        if outcome.status != "complete" or speed is None or speed.median_step_s is None:
+            rows.append(SweepRow(*where, name, outcome.status,
+                                 error=outcome.error or "no step was timed"))
+            continue
+        traces: list[Location] = sorted(p for p in outcome.run_dir.iterdir() if is_trace_file(p))
+        [analyzed] = analyze_run(RunInput(name, outcome.run_dir, traces))
+        metrics = run_row(analyzed).metrics
+        rows.append(SweepRow(
+            *where, name, outcome.status, buckets=outcome.manifest.config.allreduces_per_sync,
+            step_ms=speed.median_step_s * 1e3, samples_per_s=speed.samples_per_s,
+            overlap_pct=metrics.overlap_pct,
+            all_reduce_calls_per_step=metrics.collectives["all_reduce"].calls_per_step,
+            exposed_comm_ms_per_step=metrics.exposed_comm_ms_per_step))
     return rows
 
 
-def best_sizes(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Per variant, the bucket size with the shortest measured step."""
-    best: dict[str, dict[str, Any]] = {}
+def series(row: SweepRow, rows: list[SweepRow]) -> str:
+    """The valley a row belongs to: its variant, with the model and ranks when they vary."""
+    label = row.variant
+    if len({r.model for r in rows}) > 1:
+        label += f" {row.model}"
+    if len({r.nproc for r in rows}) > 1:
+        label += f" x{row.nproc}"
+    return label
+
+
+def best_sizes(rows: list[SweepRow]) -> dict[str, float]:
+    """Per valley (``series``), the bucket size with the shortest measured step."""
+    best: dict[str, SweepRow] = {}
     for row in rows:
-        if row.get("step_ms") is not None and (row["variant"] not in best
-                                               or row["step_ms"] < best[row["variant"]]["step_ms"]):
-            best[row["variant"]] = row
-    return {variant: row["bucket_cap_mb"] for variant, row in best.items()}
-
-
+        if row.step_ms is None:
+            continue
+        known = best.get(key := series(row, rows))
+        if known is None or known.step_ms is None or row.step_ms < known.step_ms:
+            best[key] = row
+    return {key: row.bucket_cap_mib for key, row in best.items()}

@@ -10,7 +10,7 @@ scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 python3 -m venv "$scratch/venv"
 "$scratch/venv/bin/pip" install -q --disable-pip-version-check torch==2.13.0
-"$scratch/venv/bin/pip" install -q --disable-pip-version-check -e ".[test]" \
+"$scratch/venv/bin/pip" install -q --disable-pip-version-check -e ".[record,test]" \
     "s3fs==$S3FS" "fsspec==$S3FS"
 {
     echo "# Exact versions that scripts/setup-venv.sh (and so CI) installs, through pip -c."

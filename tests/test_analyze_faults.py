@@ -89,8 +89,8 @@ def test_non_utf8_folder_names_in_every_output(tmp_path, ddpprof_cli):
     good_run(runs / name)
     good_run(runs / "plain")
     result = ddpprof_cli("analyze", str(runs), "--json", str(tmp_path / "a.json"),
-                         "--csv", str(tmp_path / "a.csv"), "--html", str(tmp_path / "a.html"),
-                         "--markdown")
+                         "--csv", str(tmp_path / "a.csv"), "--html-out", str(tmp_path / "a.html"),
+                         "--markdown", str(tmp_path / "a.md"))
     assert result.returncode == 0, result.stderr
     assert "caf\ufffd-run" in (tmp_path / "a.csv").read_text()
     assert "caf\ufffd-run" in json.loads((tmp_path / "a.json").read_text())["runs"][0]["run"]

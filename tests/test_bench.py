@@ -24,19 +24,21 @@ def test_single_runs_once_the_rest_at_every_count():
 
 
 def test_bad_input_is_exit_2(ddpprof_cli, tmp_path):
-    result = ddpprof_cli("bench", "--models", "mlp-tiny,gpt-9", "--out", str(tmp_path))
+    result = ddpprof_cli("bench", "--model", "mlp-tiny,gpt-9", "--out", str(tmp_path))
     assert result.returncode == 2 and "unknown model 'gpt-9'" in result.stderr
     assert not list(tmp_path.iterdir())  # nothing ran before the check
 
 
 @pytest.mark.slow
 def test_bench_table_and_page(ddpprof_cli, tmp_path):
-    result = ddpprof_cli("bench", "--models", "mlp-tiny", "--variants", "single,simple_ddp",
-                         "--nproc", "1,2", "--repeats", "1", "--steps", "4",
-                         "--global-batch", "32", "--out", str(tmp_path / "bench"),
-                         "--html", str(tmp_path / "bench.html"))
+    result = ddpprof_cli("bench", "--model", "mlp-tiny", "--variant", "single",
+                         "--variant", "simple_ddp", "--nproc", "1", "--nproc", "2",
+                         "--repeats", "1", "--steps", "4", "--global-batch", "32",
+                         "--out", str(tmp_path / "bench"), "--json", str(tmp_path / "b.json"),
+                         "--html-out", str(tmp_path / "bench.html"))
     assert result.returncode == 0, result.stderr
-    rows = json.loads((tmp_path / "bench" / "bench.json").read_text())["rows"]
+    assert not (tmp_path / "bench" / "bench.json").exists()   # nothing written unasked
+    rows = json.loads((tmp_path / "b.json").read_text())["rows"]
     assert [(r["variant"], r["nproc"]) for r in rows] == [
         ("single", 1), ("simple_ddp", 1), ("simple_ddp", 2)]
     single, _, ddp2 = rows

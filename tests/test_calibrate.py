@@ -98,7 +98,7 @@ def test_a_tiny_sweep(tmp_path, ddpprof_cli):
     # 4 KiB, 128 KiB, 4 MiB: far enough apart that time grows with size on a busy machine
     result = ddpprof_cli("calibrate", "--nproc", "2", "--backend", "gloo", "--min-bytes", "4K",
                          "--max-bytes", "4M", "--step-factor", "32", "--warmup-iters", "1",
-                         "--iters", "5", "--out", str(tmp_path / "c"), "--html",
+                         "--iters", "5", "--out", str(tmp_path / "c"), "--html-out",
                          str(tmp_path / "c.html"))
     assert result.returncode == 0, result.stderr
     calibration = read_calibration(tmp_path / "c" / "calibration.json")

@@ -353,7 +353,7 @@ def test_html_into_a_read_only_folder_is_one_line(calibration_run, tmp_path):
     read_only.mkdir()
     read_only.chmod(0o555)
     as_root = os.geteuid() == 0
-    result = ddpprof("simulate", str(calibration_run), *SIMULATE_GIVEN, "--html",
+    result = ddpprof("simulate", str(calibration_run), *SIMULATE_GIVEN, "--html-out",
                      str(read_only / "page.html"),
                      preexec_fn=_drop_root_privileges if as_root else None)
     if result.returncode == 99:
@@ -510,9 +510,9 @@ RECORD = ["record", "--variant", "single", "--model", "mlp-tiny"]
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--bucket-cap-mb", "nan"], "Invalid value for '--bucket-cap-mb': 'nan' is not a finite"),
-    (["--bucket-cap-mb", "inf"], "Invalid value for '--bucket-cap-mb': 'inf' is not a finite"),
-    (["--bucket-cap-mb", "-1"], "Invalid value for '--bucket-cap-mb': '-1' is not > 0"),
+    (["--bucket-cap-mb", "nan"], "Invalid value for '--bucket-cap-mib': 'nan' is not a finite"),
+    (["--bucket-cap-mb", "inf"], "Invalid value for '--bucket-cap-mib': 'inf' is not a finite"),
+    (["--bucket-cap-mb", "-1"], "Invalid value for '--bucket-cap-mib': '-1' is not > 0"),
     (["--timeout-s", "nan"], "Invalid value for '--timeout-s': 'nan' is not a finite"),
     (["--timeout-s", "0"], "Invalid value for '--timeout-s': '0' is not > 0"),
     (["--timeout-s", "-1"], "Invalid value for '--timeout-s': '-1' is not > 0"),
@@ -539,7 +539,7 @@ def test_record_numeric_options(args, message, tmp_path):
     (["--bandwidth-gbps", "inf", "--latency-us", "1"], "'--bandwidth-gbps': 'inf' is not a"),
     (["--bandwidth-gbps", "1", "--latency-us", "nan"], "'--latency-us': 'nan' is not a"),
     (["--bandwidth-gbps", "1", "--latency-us", "-inf"], "'--latency-us': '-inf' is not a"),
-    (["--bucket-cap-mb", "1,nan"], "'--bucket-cap-mb': 'nan' is not a finite"),
+    (["--bucket-cap-mb", "1,nan"], "'--bucket-cap-mib': 'nan' is not a finite"),
     (["--world-size", "2,0"], "Invalid value for '--world-size'"),
 ])
 def test_simulate_numeric_options(args, message, calibration_run):
@@ -550,7 +550,7 @@ def test_simulate_numeric_options(args, message, calibration_run):
     (["bench", "--nproc", "1,nan"], "Invalid value for '--nproc'"),
     (["bench", "--repeats", "0"], "Invalid value for '--repeats'"),
     (["bench", "--steps", "0"], "Invalid value for '--steps'"),
-    (["sweep", "--bucket-cap-mb", "1,inf"], "'--bucket-cap-mb': 'inf' is not a finite"),
+    (["sweep", "--bucket-cap-mb", "1,inf"], "'--bucket-cap-mib': 'inf' is not a finite"),
     (["sweep", "--global-batch", "-8"], "Invalid value for '--global-batch'"),
     (["analyze", ".", "--jobs", "0"], "Invalid value for '--jobs'"),
     (["gate", ".", "--baseline", "b.json", "--tolerance", "nan"],

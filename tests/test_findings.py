@@ -81,14 +81,14 @@ def test_one_bucket_matched_to_its_four_gradients(tmp_path):
 def test_bucket_cap_too_large(tmp_path):
     late = codes(cpu_run(tmp_path / "late", lambda b, r: backward(b, late_launch=True)))
     finding = late["bucket_cap_too_large"]
-    assert "--bucket-cap-mb" in finding.message
+    assert "--bucket-cap-mib" in finding.message
     # launched at 510 µs, backward from the first gradient (200) to the last (500): 103.3 %
     assert {e.name: e.value for e in finding.evidence}["first_launch_into_backward"] == 103.3
     # with the simulator's prediction, the cap it names and its gain
     advice = CapAdvice(current_cap_mb=25, best_cap_mb=1, current_step_ms=10, best_step_ms=8,
                        half_bandwidth_bytes=None)
     advised = codes(tmp_path / "late", advice)["bucket_cap_too_large"]
-    assert "--bucket-cap-mb 1 " in advised.message
+    assert "--bucket-cap-mib 1 " in advised.message
     assert advised.estimated_gain_pct == pytest.approx(20)
     early = codes(cpu_run(tmp_path / "early", lambda b, r: backward(b, late_launch=False)))
     assert "bucket_cap_too_large" not in early

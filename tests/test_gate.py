@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import csv
+import io
 import json
 
 import pytest
@@ -39,12 +41,21 @@ def files(tmp_path):
 BASELINE = document(run("bucket_ddp_async", 40.0), run("pytorch_ddp", 55.0), run("single", None))
 
 
-def test_identical_results_pass(files, ddpprof_cli):
+def test_identical_results_pass(files, ddpprof_cli, tmp_path):
     baseline = files("base.json", BASELINE)
-    result = ddpprof_cli("gate", str(baseline), "--baseline", str(baseline))
+    result = ddpprof_cli("gate", str(baseline), "--baseline", str(baseline),
+                         "--json", str(tmp_path / "gate.json"))
     assert result.returncode == 0, result.stderr
-    assert "all 3 checks passed" in result.stdout
-    assert "n/a" in result.stdout  # single: no communication on either side, not a failure
+    assert result.stdout.splitlines()[-1] == "all 3 checks passed"
+    document = json.loads((tmp_path / "gate.json").read_text())
+    assert (document["schema"], document["version"]) == ("ddpprof.gate", 1)
+    assert (document["checks"], document["failed"]) == (3, 0)
+    assert document["rules"] == ["overlap_pct >= baseline - 2"]
+    # threshold = baseline - 2; single has no communication on either side: n/a, not a failure
+    assert [(v["run"], v["baseline"], v["current"], v["threshold"], v["verdict"])
+            for v in document["verdicts"]] == [
+        ("bucket_ddp_async", 40.0, 40.0, 38.0, "pass"), ("pytorch_ddp", 55.0, 55.0, 53.0, "pass"),
+        ("single", None, None, None, "n/a")]
 
 
 def test_lowered_overlap_fails_and_writes_markdown(files, ddpprof_cli, tmp_path):
@@ -66,8 +77,11 @@ def test_tolerance_absorbs_noise(files, ddpprof_cli):
     lowered = copy.deepcopy(BASELINE)
     lowered["runs"][1]["overlap_pct"] = 52.9
     result = ddpprof_cli("gate", str(files("now.json", lowered)),
-                         "--baseline", str(files("base.json", BASELINE)), "--tolerance", "0.5")
+                         "--baseline", str(files("base.json", BASELINE)), "--tolerance", "0.5",
+                         "--csv", "-")
+    # 52.9 + 0.5 >= 53: within the slack; the CSV keeps the values unrounded
     assert result.returncode == 0, result.stdout
+    assert "overlap_pct >= baseline - 2,pytorch_ddp,55.0,52.9,53.0,pass" in result.stdout
 
 
 def test_absolute_and_relative_rules():
@@ -141,7 +155,70 @@ def test_current_can_be_a_trace_folder(tmp_path, ddpprof_cli):
     made = ddpprof_cli("analyze", str(tmp_path / "traces"), "--json", str(baseline))
     assert made.returncode == 0, made.stderr
     result = ddpprof_cli("gate", str(tmp_path / "traces"), "--baseline", str(baseline),
-                         "--rule", "overlap_pct >= baseline", "--rule", "compute_pct >= 60")
-    # overlap |[40,60)| / 50 = 40 % equals itself; compute 50 of 100 breaks the absolute rule
+                         "--rule", "overlap_pct >= baseline", "--rule", "compute_pct >= 60",
+                         "--json", str(tmp_path / "gate.json"))
+    # step 0 [0,100) analyzed (the last dropped): compute [10,60) = 50 %; the all-reduce
+    # [40,90) has [40,60) beside compute: overlap 20/50 = 40 %, equal to itself; compute 50 of
+    # 100 breaks the absolute rule
     assert result.returncode == 1
-    assert "40.00" in result.stdout and "FAIL" in result.stdout
+    verdicts = json.loads((tmp_path / "gate.json").read_text())["verdicts"]
+    assert [(v["rule"], v["baseline"], v["current"], v["threshold"], v["verdict"])
+            for v in verdicts] == [
+        ("overlap_pct >= baseline", 40.0, 40.0, 40.0, "pass"),
+        ("compute_pct >= 60", 50.0, 50.0, 60.0, "FAIL")]
+    assert result.stdout.splitlines()[-1] == "1 of 2 checks failed"
+
+
+# --- a gate that cannot be fooled -----------------------------------------------------------
+
+def test_duplicate_run_names_are_refused_naming_both(files, ddpprof_cli):
+    doubled = document(run("ok", 40.0, folder="a/ok"), run("ok", 10.0, folder="b/ok"))
+    result = ddpprof_cli("gate", str(files("now.json", doubled)),
+                         "--baseline", str(files("base.json", doubled)))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "two runs are named 'ok': runs[0] (a/ok) and runs[1] (b/ok)" in result.stderr
+
+
+def test_a_gate_with_nothing_to_compare_is_bad_input(files, ddpprof_cli):
+    empty = files("empty.json", document())
+    result = ddpprof_cli("gate", str(empty), "--baseline", str(empty))
+    assert result.returncode == 2 and "no run to compare" in result.stderr
+    assert "passed" not in result.stdout
+
+
+@pytest.mark.parametrize("number", ["1" * 400, "-" + "9" * 400])
+def test_a_huge_integer_is_refused_in_one_line(number, files, ddpprof_cli, tmp_path):
+    path = tmp_path / "base.json"
+    text = json.dumps(BASELINE).replace('"overlap_pct": 55.0', f'"overlap_pct": {number}')
+    path.write_text(text)
+    result = ddpprof_cli("gate", str(files("now.json", BASELINE)), "--baseline", str(path))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "run 'pytorch_ddp': overlap_pct (an integer of 400 digits)" in result.stderr
+
+
+def test_a_large_integer_that_a_float_holds_is_used(files, ddpprof_cli):
+    big = copy.deepcopy(BASELINE)
+    big["runs"][0]["overlap_pct"] = 10**300
+    result = ddpprof_cli("gate", str(files("now.json", big)),
+                         "--baseline", str(files("base.json", big)))
+    assert result.returncode == 0, result.stderr
+
+
+def test_markdown_and_csv_escape_what_a_run_name_holds(files, ddpprof_cli, tmp_path):
+    names = ["evil<!-- hidden", "two\nlines|pipe", "=HYPERLINK(\"x\")", "+1", "-2", "@a",
+             "\tt"]
+    doc = document(*(run(name, 40.0, variant=f"v{i}") for i, name in enumerate(names)))
+    path = files("d.json", doc)
+    result = ddpprof_cli("gate", str(path), "--baseline", str(path),
+                         "--markdown", str(tmp_path / "g.md"), "--csv", str(tmp_path / "g.csv"))
+    assert result.returncode == 0, result.stderr
+    markdown = (tmp_path / "g.md").read_text()
+    assert "<!--" not in markdown and "evil&lt;!-- hidden" in markdown
+    assert "| two lines\\|pipe |" in markdown
+    # every verdict is one table row: the name cannot end the row or the table
+    assert sum(line.startswith("| overlap_pct") for line in markdown.splitlines()) == len(names)
+    rows = list(csv.reader(io.StringIO((tmp_path / "g.csv").read_text())))[1:]
+    assert [r[1] for r in rows] == ["evil<!-- hidden", "two\nlines|pipe",
+                                    "'=HYPERLINK(\"x\")", "'+1", "'-2", "'@a", "'\tt"]
+    # the terminal sees no control character either
+    assert "two\\nlines|pipe" in result.stdout and "\t" not in result.stdout

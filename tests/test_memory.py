@@ -145,8 +145,10 @@ def test_memory_command_json_for_a_named_model_without_torch(tmp_path):
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {"code": 0, "torch": False}
     document = json.loads(out.read_text())
     psi = 361_821_120
-    assert document["parameters"] == psi and document["world_size"] == 8
-    totals = [row["total_bytes"] for row in document["rows"]]
+    stages = document["estimates"]
+    assert {(s["model"], s["parameters"], s["world_size"]) for s in stages} == {
+        ("smollm2-360m", psi, 8)}
+    totals = [row["total_bytes"] for row in stages]
     shard = -(-psi // 8)
     assert totals == [16 * psi, 4 * psi + 12 * shard, 2 * psi + 14 * shard, 16 * shard]
 

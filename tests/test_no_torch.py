@@ -23,7 +23,8 @@ except SystemExit as exit:
     code = exit.code
 else:
     code = 0
-heavy = sorted(m for m in ("torch", "transformers", "ddpprof.variants.base", "workloads")
+heavy = sorted(m for m in ("torch", "transformers", "ddpprof.variants.base", "workloads.models",
+                                "workloads.train")
                if m in sys.modules)
 print(json.dumps({"code": code, "heavy": heavy}))
 """
@@ -50,7 +51,7 @@ def cpu_run(tmp_path):
 
 def test_analyze_with_every_output_imports_no_torch(cpu_run, tmp_path):
     outcome = _probe("analyze", str(cpu_run), "--json", str(tmp_path / "a.json"),
-                     "--csv", str(tmp_path / "a.csv"), "--html", str(tmp_path / "a.html"),
+                     "--csv", str(tmp_path / "a.csv"), "--html-out", str(tmp_path / "a.html"),
                      "--per-step")
     assert outcome == {"code": 0, "heavy": []}
 

@@ -94,9 +94,9 @@ def test_traces_are_chrome_traces_with_steps_ranks_and_collective_shapes(all_var
 def test_summary_outputs(all_variants):
     out, result = all_variants
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["schema"] == "ddpprof.record" and summary["version"] == 1
-    assert [r["variant"] for r in summary["rows"]] == list(VARIANT_NAMES)
-    assert result.stdout.startswith("| run | variant | status |")
+    assert summary["schema"] == "ddpprof.record" and summary["version"] == 2
+    assert [r["variant"] for r in summary["runs"]] == list(VARIANT_NAMES)
+    assert result.stdout.startswith("### ddpprof record\n\n| run | variant | status |")
     assert result.stdout.count("| complete |") == len(VARIANT_NAMES)
 
 

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+
 import pytest
 
 CASES = {
-    "unknown variant": (["--variant", "simple_ddp,fancy_ddp"], "unknown variant 'fancy_ddp'"),
+    "unknown variant": (["--variant", "simple_ddp,fancy_ddp"],
+                        "Invalid value for '--variant': 'fancy_ddp' is not one of 'single',"),
+    "empty variant list": (["--variant", ""], "Invalid value for '--variant': '': expected"),
+    "empty model list": (["--model", ","], "Invalid value for '--model': ',': expected"),
+    "control character in a name": (["--name", "a\nb"], "must not hold control characters"),
     "unknown model": (["--model", "gpt-9"], "unknown model 'gpt-9'"),
     "batch not divisible": (["--global-batch", "100", "--nproc", "3"],
                             "not divisible by world size 3 x grad-accum 1"),
@@ -15,8 +23,10 @@ CASES = {
     "nccl ranks without GPUs": (["--backend", "nccl", "--nproc", "2"],
                                 "--backend nccl needs one GPU per rank"),
     "window longer than the run": (["--steps", "3"], "does not fit in --steps 3"),
-    "non-positive bucket": (["--bucket-cap-mb", "0"],
-                            "Invalid value for '--bucket-cap-mb': '0' is not > 0"),
+    "non-positive bucket": (["--bucket-cap-mib", "0"],
+                            "Invalid value for '--bucket-cap-mib': '0' is not > 0"),
+    "non-positive bucket, old spelling": (["--bucket-cap-mb", "1,0"],
+                                          "Invalid value for '--bucket-cap-mib': '0' is not > 0"),
     "bad option value": (["--nproc", "two"], "'two' is not a valid integer"),
     "missing data file": (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such data file"),
     "not a checkpoint": (["--model-path", "."], "not a Hugging Face checkpoint folder"),
@@ -45,3 +55,20 @@ def test_unwritable_output_folder(tmp_path, ddpprof_cli):
     assert result.stderr == (f"ddpprof: error: {blocker / 'traces' / 'single'}: output folder "
                              "cannot be written (Not a directory)\n")
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None,
+                    reason="needs root to mount a small file system")
+def test_a_full_disk_before_anything_is_recorded(tmp_path, ddpprof_cli):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(disk)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (disk / "fill").write_bytes(b"\0" * 4096)   # nothing left
+        result = ddpprof_cli("record", "--variant", "simple_ddp", "--model", "mlp-tiny",
+                             "--global-batch", "16", "--out", str(disk / "out"))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr == f"ddpprof: error: {disk / 'out'}: No space left on device\n"
+    finally:
+        subprocess.run(["umount", str(disk)])

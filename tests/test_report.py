@@ -13,7 +13,7 @@ from trace_builders import span, step, write_trace
 
 from ddpprof.analysis import AnalysisOptions, analyze_paths
 from ddpprof.findings import findings
-from ddpprof.report.html import render_report
+from ddpprof.report.html import TABLE_COLUMNS, render_report
 from ddpprof.variants import VARIANT_NAMES
 
 TIMELINE = AnalysisOptions(timeline=True)
@@ -65,7 +65,24 @@ def test_cli_writes_reports_name_html_by_default(tmp_path, ddpprof_cli):
     two_runs(tmp_path / "runs")
     result = ddpprof_cli("analyze", "runs", "--html", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "reports" / "runs.html").is_file()
+    page = (tmp_path / "reports" / "runs.html").read_text()
+    assert f"report: {Path('reports') / 'runs.html'}" in result.stderr
+    # the comparison table, by hand: ddp's window is steps 0-1, [0,200). Compute: rank 0
+    # [5,60) + [105,160) = 110, rank 1 [5,61) + [105,160) = 111: 55.25 % on average. The
+    # all-reduces take 30 + 20 + 30 + 15 = 95 µs, of which compute hides [40,60) + [140,160)
+    # = 40 on rank 0 and 41 on rank 1: overlap (40 + 41) / 2 / 95; the rest is exposed:
+    # (55 + 54) / 2 / 200. single: [10,90) of its step 0 [0,100): 80 %.
+    comparison = page[page.index('<table id="comparison">'):]
+    rows = re.findall(r"<tr>(.*?)</tr>", comparison[:comparison.index("</table>")])[1:]
+    values = {re.findall(r'data-value="([^"]*)"', row)[0]: re.findall(r'data-value="([^"]*)"',
+                                                                        row) for row in rows}
+    headers = [label for key, label in TABLE_COLUMNS]
+    ddp = dict(zip(headers, values["ddp"], strict=True))
+    assert float(ddp["Compute %"]) == pytest.approx(55.25)
+    assert float(ddp["Overlap %"]) == pytest.approx(100 * 40.5 / 95)
+    assert float(ddp["Comm overhead %"]) == pytest.approx(100 * 54.5 / 200)
+    assert float(ddp["All-reduce calls / step"]) == 2
+    assert float(dict(zip(headers, values["single"], strict=True))["Compute %"]) == 80
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no chromium could be installed here "
@@ -97,7 +114,7 @@ def test_report_renders_in_a_real_browser(tmp_path):
 @pytest.mark.slow
 def test_report_of_every_recorded_variant(all_variants, tmp_path, ddpprof_cli):
     out, _ = all_variants
-    result = ddpprof_cli("analyze", str(out), "--html", str(tmp_path / "all.html"))
+    result = ddpprof_cli("analyze", str(out), "--html-out", str(tmp_path / "all.html"))
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "all.html").read_text()
     assert len(page.encode()) < 10 * 1024 * 1024
@@ -136,3 +153,13 @@ def test_per_rank_view_shows_wait_and_transfer(tmp_path):
     # transfer, wait, caused (ms per step); no run.json, so no memory
     assert cells[-5:] == ["0.02", "0.01", "0.00", "-", "-"]
     assert "made the others wait the most: rank 1" in page
+
+
+def test_the_page_escapes_what_a_run_name_holds(tmp_path, ddpprof_cli):
+    runs = two_runs(tmp_path / "runs")
+    (runs / "ddp").rename(runs / "<script>alert(1)<!--")
+    result = ddpprof_cli("analyze", str(runs), "--html-out", str(tmp_path / "p.html"))
+    assert result.returncode == 0, result.stderr
+    page = (tmp_path / "p.html").read_text()
+    assert "<script>alert" not in page and "alert(1)<!--" not in page
+    assert "&lt;script&gt;alert(1)&lt;!--" in page   # shown, as text

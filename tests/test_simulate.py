@@ -273,7 +273,8 @@ def test_a_calibration_beside_the_run_is_used(hook_trace, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--bucket-cap-mb", "0"], "'0' is not > 0"),
+    (["--bucket-cap-mib", "0"], "'0' is not > 0"),
+    (["--bucket-cap-mb", "0"], "'0' is not > 0"),   # the old spelling still works
     (["--latency-us", "5"], "go together"),
     (["--calibration", "c.json", "--latency-us", "1", "--bandwidth-gbps", "1"], "not both"),
     (["--calibration", "missing.json"], "missing.json: No such file"),
@@ -336,14 +337,14 @@ def test_every_variants_run_simulates_with_no_flags(all_variants, tmp_path, ddpp
         shutil.copy(out / variant / "run.json", runs / variant / "run.json")
     # single has no collectives to fit and no calibration beside it: it measures one
     single = ddpprof_cli("simulate", str(runs / "single"), "--world-size", "1,2",
-                         "--bucket-cap-mb", "1,25", "--json", str(tmp_path / "single.json"),
-                         "--html", str(tmp_path / "single.html"))
+                         "--bucket-cap-mib", "1,25", "--json", str(tmp_path / "single.json"),
+                         "--html-out", str(tmp_path / "single.html"))
     assert single.returncode == 0, single.stderr
     assert "measuring all-reduce on this machine (gloo, 2 ranks" in single.stderr
     assert (runs / "single" / "calibration.json").is_file()
     document = json.loads((tmp_path / "single.json").read_text())
-    assert document["schema"] == "ddpprof.simulate" and document["version"] == 2
-    assert [(r["variant"], r["world_size"], r["bucket_cap_mb"]) for r in document["rows"]] == [
+    assert document["schema"] == "ddpprof.simulate" and document["version"] == 3
+    assert [(r["variant"], r["world_size"], r["bucket_cap_mib"]) for r in document["rows"]] == [
         ("single", 1, None), ("bucket_ddp_async", 2, 1.0), ("bucket_ddp_async", 2, 25.0)]
     assert 'data-figures="1"' in (tmp_path / "single.html").read_text()
     # beside the runs now: every other run finds it there (two sizes of a 2-step run on a
@@ -354,15 +355,97 @@ def test_every_variants_run_simulates_with_no_flags(all_variants, tmp_path, ddpp
         own = simulation.own
         assert own is not None and own.variant == variant, variant
         assert own.step_ms > 0 and math.isfinite(own.step_ms), variant
-        own_row = next(r for r in simulation.rows if r["recorded"] and r["world_size"] == 2)
-        assert own_row["measured_step_ms"] == simulation.measured.step_ms > 0
-        assert own_row["error_pct"] == pytest.approx(
+        own_row = next(r for r in simulation.rows if r.recorded and r.world_size == 2)
+        assert own_row.measured_step_ms == simulation.measured.step_ms > 0
+        assert own_row.error_pct == pytest.approx(
             100 * (own.step_ms / simulation.measured.step_ms - 1))
         assert any(variant.split("_")[0] in note for note in simulation.notes), variant
         assert simulation.cost.source == f"calibration {runs / 'calibration.json'}"
         if variant != "fsdp":
-            assert {r["bucket_cap_mb"] for r in simulation.rows} >= {1.0, 25.0}
+            assert {r.bucket_cap_mib for r in simulation.rows} >= {1.0, 25.0}
     # the recorded buckets: 2 at 1 MiB, 1 at 25 MiB (5.85 MB of gradients)
-    buckets = {(r["variant"], r["bucket_cap_mb"]): r["buckets"] for r in simulate_run(
+    buckets = {(r.variant, r.bucket_cap_mib): r.buckets for r in simulate_run(
         runs / "pytorch_ddp", [1.0, 25.0], [2], allow_sweep=False).rows}
     assert buckets == {("pytorch_ddp", 1.0): 2, ("pytorch_ddp", 25.0): 1}
+
+
+def _one_gradient_run(tmp_path, manifest=None):
+    grad = {"Input Dims": [[10]], **FLOAT}
+    return _run(tmp_path, [step(0, 0, 1000), step(1, 1000, 1100),
+                           span("autograd::engine::evaluate_function: A", 100, 200),
+                           span("torch::autograd::AccumulateGrad", 190, 200, **grad)], manifest)
+
+
+SWEEP_ROW = '{"variant": "bucket_ddp_async", "bucket_cap_mib": 1, "step_ms": %s}'
+MEASURED_CASES = {
+    "not JSON": ("{nope", "not JSON"),
+    "rows not a list": ('{"schema": "ddpprof.sweep", "rows": 3}', "rows: expected array"),
+    "a step that is text": ('{"schema": "ddpprof.sweep", "rows": [%s]}' % (SWEEP_ROW % '"x"'),
+                            "rows[0].step_ms: expected float"),
+    "a negative step": ('{"schema": "ddpprof.sweep", "rows": [%s]}' % (SWEEP_ROW % "-1"),
+                        "rows[0]: needs a positive bucket_cap_mib and step_ms"),
+    "no cap": ('{"schema": "ddpprof.sweep", "rows": [{"variant": "bucket_ddp_async", '
+               '"step_ms": 5}]}', "rows[0]: needs a positive bucket_cap_mib"),
+    "a huge number": ('{"schema": "ddpprof.sweep", "rows": [%s]}' % (SWEEP_ROW % ("9" * 400)),
+                      "rows[0]"),
+    "another schema": ('{"schema": "ddpprof.analyze", "rows": []}',
+                       "not a `ddpprof sweep --json` file (schema 'ddpprof.analyze')"),
+}
+
+
+@pytest.mark.parametrize("case", MEASURED_CASES)
+def test_malformed_measured_files_are_one_line(case, tmp_path, ddpprof_cli):
+    text, message = MEASURED_CASES[case]
+    run = _one_gradient_run(tmp_path)
+    (tmp_path / "sweep.json").write_text(text)
+    result = ddpprof_cli("simulate", str(run), "--latency-us", "10", "--bandwidth-gbps", "1",
+                         "--measured", str(tmp_path / "sweep.json"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_a_measured_file_that_is_a_device_is_refused_at_once(tmp_path, ddpprof_cli):
+    run = _one_gradient_run(tmp_path)
+    result = ddpprof_cli("simulate", str(run), "--latency-us", "10", "--bandwidth-gbps", "1",
+                         "--measured", "/dev/zero", timeout=60)
+    assert result.returncode == 2 and result.stderr == (
+        "ddpprof: error: /dev/zero: not a regular file\n")
+
+
+def test_measured_points_and_their_error(tmp_path, ddpprof_cli):
+    run = _one_gradient_run(tmp_path, {"status": "complete", "config": {
+        "variant": "bucket_ddp_async", "world_size": 2, "bucket_cap_mb": 25.0}})
+    (tmp_path / "sweep.json").write_text(
+        '{"schema": "ddpprof.sweep", "version": 2, "rows": [%s]}' % (SWEEP_ROW % "2.5"))
+    result = ddpprof_cli("simulate", str(run), "--latency-us", "10", "--bandwidth-gbps", "1",
+                         "--world-size", "2", "--bucket-cap-mib", "1", "--measured",
+                         str(tmp_path / "sweep.json"), "--json", str(tmp_path / "s.json"))
+    assert result.returncode == 0, result.stderr
+    rows = json.loads((tmp_path / "s.json").read_text())["rows"]
+    [at_1] = [r for r in rows if r["bucket_cap_mib"] == 1.0]
+    # one 40-byte gradient: at any cap one all-reduce of 10 µs + 40 B at 1 GB/s, launched when
+    # backward ends at 200 and waited for before the optimizer: 1000 + 10.04 µs per step
+    assert at_1["buckets"] == 1 and at_1["step_ms"] == pytest.approx(1.01004)
+    assert at_1["measured_step_ms"] == 2.5
+    assert at_1["error_pct"] == pytest.approx(100 * (1.01004 - 2.5) / 2.5)
+    assert "measured points: median |error| 59.6%" in result.stdout
+
+
+def test_a_sweep_that_finds_no_fit_is_one_line(tmp_path, monkeypatch, capsys):
+    """No calibration, collectives too few to fit, and the all-reduce sweep simulate runs
+    itself finds no fit (time not growing with size on a busy machine)."""
+    import ddpprof.calibrate
+    from ddpprof.cli import main
+
+    run = _one_gradient_run(tmp_path, {"status": "complete", "config": {
+        "variant": "bucket_ddp_async", "world_size": 2, "backend": "gloo"}})
+    monkeypatch.setattr(ddpprof.calibrate, "calibrate", lambda sweep, out, quiet=False:
+                        Calibration(status="complete", error="no fit: time does not grow "
+                                                             "with size"))
+    with pytest.raises(SystemExit) as exit:
+        main(["simulate", str(run), "--world-size", "2"])
+    assert exit.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error == (f"ddpprof: error: calibration {run / 'calibration.json'} (measured now): "
+                     "no cost model (no fit: time does not grow with size); give "
+                     "--bandwidth-gbps with --latency-us, or --calibration FILE")

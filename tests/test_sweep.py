@@ -6,19 +6,23 @@ import json
 
 import pytest
 
-from ddpprof.sweep import best_sizes
+from ddpprof.sweep import SweepRow, best_sizes
 
 
 def test_best_size_is_the_fastest_measured():
-    rows = [{"variant": "v", "bucket_cap_mb": 1, "step_ms": 30.0},
-            {"variant": "v", "bucket_cap_mb": 5, "step_ms": 20.0},
-            {"variant": "v", "bucket_cap_mb": 25, "step_ms": None}]
+    rows = [SweepRow("v", "m", 2, 1, "v-cap1", "complete", step_ms=30.0),
+            SweepRow("v", "m", 2, 5, "v-cap5", "complete", step_ms=20.0),
+            SweepRow("v", "m", 2, 25, "v-cap25", "failed")]
     assert best_sizes(rows) == {"v": 5}
+    # a valley per model when several are swept
+    rows.append(SweepRow("v", "m2", 2, 25, "v-m2-cap25", "complete", step_ms=1.0))
+    assert best_sizes(rows) == {"v m": 5, "v m2": 25}
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--bucket-cap-mb", "0,5"], "'0' is not > 0"),
-    (["--variants", "simple_ddp"], "variant 'simple_ddp' has no buckets to size"),
+    (["--variant", "simple_ddp"], "--variant simple_ddp: it has no buckets to size"),
+    (["--variant", ""], "'--variant': '': expected a value"),
 ])
 def test_bad_input(args, message, ddpprof_cli, tmp_path):
     result = ddpprof_cli("sweep", "--model", "mlp-tiny", "--out", str(tmp_path), *args)
@@ -28,15 +32,16 @@ def test_bad_input(args, message, ddpprof_cli, tmp_path):
 
 @pytest.mark.slow
 def test_sweep_records_each_size_and_draws_the_valley(tmp_path, ddpprof_cli):
-    result = ddpprof_cli("sweep", "--variants", "bucket_ddp_async", "--bucket-cap-mb",
+    result = ddpprof_cli("sweep", "--variant", "bucket_ddp_async", "--bucket-cap-mib",
                          "0.005,25", "--model", "mlp-tiny", "--global-batch", "32",
                          "--steps", "7", "--out", str(tmp_path / "sweep"),
                          "--json", str(tmp_path / "sweep.json"),
-                         "--html", str(tmp_path / "sweep.html"))
+                         "--html-out", str(tmp_path / "sweep.html"))
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "sweep.json").read_text())["rows"]
     small, large = rows
-    assert (small["bucket_cap_mb"], large["bucket_cap_mb"]) == (0.005, 25.0)
+    assert (small["bucket_cap_mib"], large["bucket_cap_mib"]) == (0.005, 25.0)
+    assert (small["run"], large["run"]) == ("bucket_ddp_async-cap0.005", "bucket_ddp_async-cap25")
     # mlp-tiny in reverse order at 5 KB: [b4 w4 b3 w3] [b2 w2] [b1 w1] -> 3 all-reduces
     assert small["all_reduce_calls_per_step"] == small["buckets"] == 3
     assert large["all_reduce_calls_per_step"] == large["buckets"] == 1

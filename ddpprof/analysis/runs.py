@@ -7,6 +7,7 @@ This module does the I/O; the metrics are computed by ``ddpprof.analysis.rank`` 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -284,7 +285,29 @@ def _analyze_found(found: list[RunInput], options: AnalysisOptions, executor,
     else:
         analysis.errors = [problem for _, problem in no_traces]
     analysis.runs.sort(key=_natural_order)   # stable: runs of no known variant keep theirs
+    _unique_names(analysis.runs)
     return analysis
+
+
+def _unique_names(runs: list[RunResult]) -> None:
+    """Runs that share a name (``analyze a/ok b/ok``) get as much of their folder's path in
+    front of it as tells them apart (``a/ok``, ``b/ok``), else a number: the gate matches runs
+    by name, so two must never share one."""
+    groups: dict[str, list[RunResult]] = {}
+    for run in runs:
+        groups.setdefault(run.name, []).append(run)
+    for name, same in groups.items():
+        if len(same) < 2:
+            continue
+        parents = [Path(os.path.abspath(run.folder)).parent.parts for run in same]
+        names = [f"{name} ({index})" for index in range(1, len(same) + 1)]
+        for depth in range(1, max(map(len, parents)) + 1):
+            candidates = ["/".join([*p[-depth:], name]).lstrip("/") for p in parents]
+            if len(set(candidates)) == len(candidates):
+                names = candidates
+                break
+        for run, unique in zip(same, names, strict=True):
+            run.name = unique
 
 
 def _natural_order(run: RunResult) -> int:

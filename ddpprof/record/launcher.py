@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
@@ -39,7 +39,7 @@ from ..options import check_run_name
 from ..progress import Progress
 from ..run_folder import FOLDER_ID_ENV, RunFolder
 from ..variants import VARIANT_NAMES, VARIANTS
-from . import folders, measurements, process
+from . import folders, grid, measurements, process
 from .config import CONFIG_FILE, RunConfig
 from .failure import run_error
 
@@ -48,29 +48,37 @@ WORKER_MODULE = "workloads.train"
 
 @dataclass(frozen=True)
 class Recording:
-    """One ``ddpprof record``: ``config`` run once for each of ``variants``, under ``out``."""
+    """One ``ddpprof record``: each of ``variants`` under ``config`` (or under each of
+    ``configs``, the product of ``record``'s list options: ``grid``), under ``out``."""
 
     variants: list[str]
     config: RunConfig = field(default_factory=RunConfig)
     out: Path = Path("traces")
     name: str | None = None
     quiet: bool = False
+    configs: tuple[RunConfig, ...] = ()
 
-    def run_dir(self, variant: str) -> Path:
-        if len(self.variants) == 1:
-            return self.out / (self.name or variant)
-        return self.out / self.name / variant if self.name else self.out / variant
+    def runs(self) -> list[grid.PlannedRun]:
+        return grid.plan(self.variants, self.configs or (self.config,))
+
+    def run_dir(self, label: str) -> Path:
+        """The folder of the run ``label`` (a variant, for one configuration): see ``grid``."""
+        if len(self.runs()) == 1:
+            return self.out / (self.name or label)
+        return self.out / self.name / label if self.name else self.out / label
 
     def targets(self) -> list[Path]:
         """The folders this recording replaces whole (``folders``)."""
-        return [self.out / self.name] if self.name else [self.out / v for v in self.variants]
+        return [self.out / self.name] if self.name else [self.out / r.label for r in self.runs()]
 
-    def run_config(self, variant: str, backend: str) -> RunConfig:
+    def run_config(self, variant: str, backend: str, config: RunConfig | None = None
+                   ) -> RunConfig:
         """The configuration of ``variant``'s run, every default resolved."""
-        return self.config.replace(
+        config = config or self.config
+        return config.replace(
             variant=variant, backend=backend,
-            grad_accum=self.config.grad_accum or VARIANTS[variant].default_grad_accum,
-            nproc=1 if variant == "single" else self.config.nproc)
+            grad_accum=config.grad_accum or VARIANTS[variant].default_grad_accum,
+            nproc=1 if variant == "single" else config.nproc)
 
     @property
     def log_name(self) -> str:
@@ -125,13 +133,14 @@ def validate(recording: Recording) -> None:
     config = recording.config
     if recording.name is not None and (problem := check_run_name(recording.name)):
         raise UsageError(f"--name: {problem}")
-    if config.model_path is None and config.model not in MODEL_NAMES:
-        raise UsageError(f"unknown model {config.model!r} (choose from "
-                         f"{', '.join(MODEL_NAMES)}, or give --model-path)")
-    positions = SMOLLM2_CONFIGS.get(config.model, {}).get("max_position_embeddings")
-    if config.model_path is None and positions and config.seq_len > positions:
-        raise UsageError(f"--seq-len {config.seq_len} is longer than {config.model}'s "
-                         f"{positions} positions")
+    for model in dict.fromkeys(c.model for c in recording.configs or (config,)):
+        if config.model_path is None and model not in MODEL_NAMES:
+            raise UsageError(f"unknown model {model!r} (choose from "
+                             f"{', '.join(MODEL_NAMES)}, or give --model-path)")
+        positions = SMOLLM2_CONFIGS.get(model, {}).get("max_position_embeddings")
+        if config.model_path is None and positions and config.seq_len > positions:
+            raise UsageError(f"--seq-len {config.seq_len} is longer than {model}'s "
+                             f"{positions} positions")
     if config.model_path is not None and not (config.model_path / "config.json").is_file():
         raise UsageError(f"{config.model_path}: not a Hugging Face checkpoint folder "
                          "(no config.json)")
@@ -149,26 +158,31 @@ def validate(recording: Recording) -> None:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT")
     if config.nnodes > 1 and "single" in recording.variants:
         raise UsageError("variant 'single' runs one process; it cannot span --nnodes > 1")
-    for variant in recording.variants:
-        run = recording.run_config(variant, config.backend)
+    for planned in recording.runs():
+        run = recording.run_config(planned.variant, config.backend, planned.config)
         if config.global_batch % (run.world_size * run.grad_accum):
             raise UsageError(f"--global-batch {config.global_batch} is not divisible by world "
                              f"size {run.world_size} x grad-accum {run.grad_accum} "
-                             f"(variant {variant})")
+                             f"(variant {planned.variant})")
     if resolve_backend(config.backend) == "nccl":
         gpus = cuda_device_count()
-        if config.nproc > gpus:
-            raise UsageError(f"--backend nccl needs one GPU per rank: --nproc {config.nproc}, "
+        nproc = max(c.nproc for c in recording.configs or (config,))
+        if nproc > gpus:
+            raise UsageError(f"--backend nccl needs one GPU per rank: --nproc {nproc}, "
                              f"but {gpus} CUDA GPU(s) are visible")
 
 
 class Topology(Protocol):
     """Where a launch's ranks run: a ``RunConfig``, or ``ddpprof calibrate``'s sweep."""
 
-    nproc: int
-    nnodes: int
-    rdzv_endpoint: str | None
-    timeout_s: float
+    @property
+    def nproc(self) -> int: ...
+    @property
+    def nnodes(self) -> int: ...
+    @property
+    def rdzv_endpoint(self) -> str | None: ...
+    @property
+    def timeout_s(self) -> float: ...
 
 
 def torchrun_command(config: Topology, run_dir: Path, rdzv_id: str,
@@ -198,21 +212,22 @@ def record(recording: Recording) -> list[RunOutcome]:
     validate(recording)
     backend = resolve_backend(recording.config.backend)
     leader = recording.config.node_rank == 0  # other nodes' launchers only add their logs
-    run_dirs = [recording.run_dir(v) for v in recording.variants]
+    planned = recording.runs()
+    run_dirs = [recording.run_dir(r.label) for r in planned]
     with process.SignalGuard() as guard, contextlib.ExitStack() as stack, \
             folders.claim([*recording.targets(), *run_dirs] if leader else []) as locks:
         if leader:
             for target in recording.targets():
                 folders.clear_previous(target, locks)
         process.become_subreaper()  # only now: bad input must leave this process as it was
-        progress = Progress(quiet=recording.quiet, total=len(recording.variants))
+        progress = Progress(quiet=recording.quiet, total=len(planned))
         outcomes: list[RunOutcome] = []
-        for variant in recording.variants:
+        for run in planned:
             if guard.signum is not None:
                 break
-            config = recording.run_config(variant, backend)
-            run_dir = recording.run_dir(variant)
-            progress.start(variant, run_dir, config.world_size)
+            config = recording.run_config(run.variant, backend, run.config)
+            run_dir = recording.run_dir(run.label)
+            progress.start(run.label, run_dir, config.world_size)
             try:
                 folder = locks.folder(run_dir) if leader else stack.enter_context(
                     RunFolder(run_dir))
@@ -429,18 +444,3 @@ def _torch_version() -> str:
     import torch
 
     return str(torch.__version__)
-
-
-def summary_rows(outcomes: list[RunOutcome]) -> list[dict[str, Any]]:
-    rows = []
-    for outcome in outcomes:
-        config, speed = outcome.manifest.config, outcome.manifest.throughput
-        rows.append({
-            "run": outcome.run_dir.name, "variant": outcome.variant, "status": outcome.status,
-            "ranks": config.world_size, "grad_accum": config.grad_accum,
-            "step_ms": speed.median_step_s * 1e3 if speed and speed.median_step_s else None,
-            "samples_per_s": speed.samples_per_s if speed else None,
-            "allreduces_per_step": config.allreduces_per_sync,
-            "folder": str(outcome.run_dir),
-        })
-    return rows

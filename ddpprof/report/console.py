@@ -1,42 +1,86 @@
-"""What ``ddpprof analyze`` prints: the per-run table, the per-step table, "What to change",
-and one line per note. Text only; the command writes it where it belongs."""
+"""What ``ddpprof analyze`` shows: the per-run table (the columns a user reads first, every
+column under ``--wide``), the per-step table, "What to change", and the notes, each said once.
+"""
 
 from __future__ import annotations
 
-from ..analysis import Analysis, run_row, step_rows
+from typing import Any
+
+from ..analysis import Analysis, RunResult, run_row, step_rows
 from ..findings import Finding
-from . import table
+from .output import Section
+from .table import Column, Table
 
-ANALYZE_COLUMNS = ["run", "variant", "kind", "ranks", "steps", "compute_pct", "non_compute_pct",
-                   "idle_pct", "overlap_pct", "comm_overhead_pct", "all_reduce_calls_per_step",
-                   "all_reduce_ms_per_step", "all_reduce_busbw_gbps",
-                   "comm_transfer_ms_per_step", "comm_wait_ms_per_step", "straggler_rank",
-                   "peak_memory_mib"]
-PER_STEP_COLUMNS = ["run", "rank", "step", "compute_pct", "non_compute_pct", "idle_pct",
-                    "overlap_pct", "comm_overhead_pct", "window_us"]
+#: The default table fits 100 columns. step_ms is the analyzed window over the steps analyzed
+#: (mean over ranks); comm_overhead_pct is the exposed communication, % of the window.
+RUN_COLUMNS = [Column("run", max_width=24), Column("ranks"), Column("step_ms"),
+               Column("compute_pct"), Column("comm_overhead_pct", "exposed_comm_pct"),
+               Column("overlap_pct"), Column("top_finding", max_width=22)]
+PER_STEP_COLUMNS = [Column(key) for key in (
+    "run", "rank", "step", "compute_pct", "non_compute_pct", "idle_pct", "overlap_pct",
+    "comm_overhead_pct", "window_us")]
+#: The terminal shows this many findings; ``--json`` and the report have them all.
+SHOWN_FINDINGS = 10
 
 
-def analysis_text(analysis: Analysis, findings: list[Finding], markdown: bool,
-                  per_step: bool) -> str:
-    """The tables and the findings, or nothing when no run was analyzed."""
-    if not analysis.runs:
-        return ""
-    rows = [run_row(run).to_dict() for run in analysis.runs]
-    render = table.to_markdown if markdown else table.to_text
-    text = render(rows, ANALYZE_COLUMNS)
-    if per_step:
-        text += "\n" + render(step_rows(analysis), PER_STEP_COLUMNS)
-    return text + table.findings_text(findings, markdown)
+def run_lines(analysis: Analysis, findings: list[Finding]) -> list[dict[str, Any]]:
+    """Each run's row, every metric flattened (``RunRow.to_dict``), with its step time and
+    the code of its first finding."""
+    top: dict[str, str] = {}
+    for finding in findings:
+        top.setdefault(finding.run, finding.code)
+    lines = []
+    for run in analysis.runs:
+        row = run_row(run)
+        lines.append({**row.to_dict(), "step_ms": row.metrics.window_ms / max(row.steps, 1),
+                      "top_finding": top.get(run.name)})
+    return lines
+
+
+def run_table(analysis: Analysis, findings: list[Finding]) -> Table:
+    lines = run_lines(analysis, findings)
+    shown = {c.key for c in RUN_COLUMNS}
+    rest = [Column(key, wide=True) for key in (lines[0] if lines else {}) if key not in shown]
+    return Table([*RUN_COLUMNS, *rest], lines)
+
+
+def step_table(analysis: Analysis) -> Table:
+    return Table(PER_STEP_COLUMNS, step_rows(analysis), title="Per step")
+
+
+def findings_section(findings: list[Finding]) -> list[Section]:
+    """The "What to change" list, ranked as given, the first ``SHOWN_FINDINGS`` of it."""
+    if not findings:
+        return []
+    lines = []
+    for number, finding in enumerate(findings[:SHOWN_FINDINGS], 1):
+        gain = (f", gain ~{finding.estimated_gain_pct:.0f}% of the step"
+                if finding.estimated_gain_pct is not None
+                else f", costs ~{finding.impact_pct:.0f}% of the step")
+        lines.append(f"{number}. [{finding.severity}{gain}] {finding.run}: {finding.code}: "
+                     f"{finding.message}")
+    if len(findings) > SHOWN_FINDINGS:
+        lines.append(f"... and {len(findings) - SHOWN_FINDINGS} more (--json, --html)")
+    return [Section("What to change (ranked by estimated gain):", lines)]
+
+
+def _run_notes(run: RunResult) -> list[str]:
+    notes = [f"last ProfilerStep {run.last_step.value}", *run.notes]
+    if run.missing_ranks:
+        notes.append(f"missing ranks {run_row(run).missing_ranks}")
+    return list(dict.fromkeys(notes))
 
 
 def note_lines(analysis: Analysis) -> list[str]:
-    """``RUN: note`` for every note of every run, then the recordings left out."""
-    lines = []
-    for run in analysis.runs:
-        notes = [f"last ProfilerStep {run.last_step.value}", *run.notes]
-        if run.missing_ranks:
-            notes.append(f"missing ranks {run_row(run).missing_ranks}")
-        lines += [f"{run.name}: {note}" for note in notes]
+    """``every run: note`` for a note every run shares (two runs or more), ``RUN: note`` for
+    the others, then the recordings left out."""
+    notes = {run.name: _run_notes(run) for run in analysis.runs}
+    shared = [] if len(notes) < 2 else [
+        note for note in next(iter(notes.values()))
+        if all(note in mine for mine in notes.values())]
+    lines = [f"every run: {note}" for note in shared]
+    lines += [f"{name}: {note}" for name, mine in notes.items() for note in mine
+              if note not in shared]
     lines += [f"{problem.run}: not analyzed: the recording {problem.status} ({problem.error})"
               for problem in analysis.unfinished]
     lines += [f"{problem.run}: skipped: no trace among its JSON files ({problem.error})"

@@ -1,5 +1,6 @@
-"""The self-contained HTML comparison report: jinja2 page, plotly figures, plotly.js inlined
-once, so the file opens from disk with no network."""
+"""The self-contained HTML comparison report of ``analyze``: jinja2 page, plotly figures,
+plotly.js inlined once, so the file opens from disk with no network. (The smaller pages of the
+other commands are in ``pages``.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from ..analysis import Analysis, RunResult, rank_row, run_row
-from ..analysis.rows import COLUMN_KINDS, memory_of, peak_memory_mib
+from ..analysis.rows import COLUMN_KINDS, CollectiveRow, RunRow, memory_of, peak_memory_mib
 from .table import format_cell, template_environment
 
 TABLE_COLUMNS = [
@@ -53,80 +54,86 @@ KIND_COLORS = {"all_reduce": "#d64550", "all_gather": "#8e44ad", "reduce_scatter
 OTHER_KIND_COLOR = "#b03060"
 
 
-def _embed(fig: go.Figure) -> str:
+def embed(fig: go.Figure) -> str:
     """A figure as a div and its script; plotly.js itself is inlined once per page."""
     return fig.to_html(full_html=False, include_plotlyjs=False,
                        config={"displaylogo": False, "responsive": True})
 
 
-def _generated() -> str:
+def generated() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _layout(fig: go.Figure, title: str, **kwargs: Any) -> go.Figure:
+def layout(fig: go.Figure, title: str, **kwargs: Any) -> go.Figure:
     fig.update_layout(title=title, template="plotly_white", height=kwargs.pop("height", 380),
                       margin=dict(l=60, r=20, t=50, b=60), legend=dict(orientation="h"),
                       **kwargs)
     return fig
 
 
-def breakdown_figure(rows: list[dict[str, Any]]) -> go.Figure:
-    names = [r["run"] for r in rows]
+def breakdown_figure(rows: list[RunRow]) -> go.Figure:
+    names = [r.run for r in rows]
     fig = go.Figure([
-        go.Bar(name=label, x=names, y=[r[key] for r in rows], marker_color=COLORS[color])
+        go.Bar(name=label, x=names, y=[getattr(r.metrics, key) for r in rows],
+               marker_color=COLORS[color])
         for key, label, color in (("compute_pct", "compute", "compute"),
                                   ("non_compute_pct", "non-compute", "non_compute"),
                                   ("idle_pct", "idle", "idle"))])
-    return _layout(fig, "Where the time goes (% of the window, mean over ranks)",
+    return layout(fig, "Where the time goes (% of the window, mean over ranks)",
                    barmode="stack", yaxis_title="%")
 
 
-def overlap_figure(rows: list[dict[str, Any]]) -> go.Figure:
-    fig = go.Figure([go.Bar(x=[r["run"] for r in rows],
-                            y=[r["overlap_pct"] for r in rows], marker_color=COLORS["comm"],
-                            text=[format_cell(r["overlap_pct"]) for r in rows],
+def overlap_figure(rows: list[RunRow]) -> go.Figure:
+    fig = go.Figure([go.Bar(x=[r.run for r in rows],
+                            y=[r.metrics.overlap_pct for r in rows], marker_color=COLORS["comm"],
+                            text=[format_cell(r.metrics.overlap_pct) for r in rows],
                             textposition="outside", name="overlap")])
-    return _layout(fig, "Communication overlapped by compute (%)", yaxis_title="%",
+    return layout(fig, "Communication overlapped by compute (%)", yaxis_title="%",
                    yaxis_range=[0, 105])
 
 
-def _kinds_present(rows: list[dict[str, Any]]) -> list[str]:
-    return [k for k in COLUMN_KINDS if any(r.get(f"{k}_calls_per_step") for r in rows)]
+def _kind(row: RunRow, kind: str) -> CollectiveRow:
+    return row.metrics.collectives[kind]
 
 
-def collectives_figure(rows: list[dict[str, Any]]) -> go.Figure:
+def _kinds_present(rows: list[RunRow]) -> list[str]:
+    return [k for k in COLUMN_KINDS if any(_kind(r, k).calls_per_step for r in rows)]
+
+
+def collectives_figure(rows: list[RunRow]) -> go.Figure:
     """Calls and time per optimizer step, by collective kind: DDP's all-reduces beside ZeRO's
     and FSDP's reduce-scatters and all-gathers."""
-    names = [r["run"] for r in rows]
+    names = [r.run for r in rows]
     fig = go.Figure()
     for kind in _kinds_present(rows):
         color = KIND_COLORS.get(kind, OTHER_KIND_COLOR)
         fig.add_trace(go.Bar(name=f"{kind} calls", x=names, offsetgroup="calls",
-                             y=[r[f"{kind}_calls_per_step"] for r in rows], marker_color=color,
-                             legendgroup=kind))
+                             y=[_kind(r, kind).calls_per_step for r in rows],
+                             marker_color=color, legendgroup=kind))
         fig.add_trace(go.Bar(name=f"{kind} ms", x=names, offsetgroup="ms", yaxis="y2",
-                             y=[r[f"{kind}_ms_per_step"] for r in rows], legendgroup=kind,
+                             y=[_kind(r, kind).ms_per_step for r in rows], legendgroup=kind,
                              marker=dict(color=color, pattern_shape="/")))
-    return _layout(fig, "Collectives per optimizer step: calls (solid) and ms (hatched)",
+    return layout(fig, "Collectives per optimizer step: calls (solid) and ms (hatched)",
                    yaxis_title="calls", yaxis2=dict(title="ms", overlaying="y", side="right"),
                    barmode="stack")
 
 
-def bandwidth_figure(rows: list[dict[str, Any]]) -> go.Figure:
+def bandwidth_figure(rows: list[RunRow]) -> go.Figure:
     """Mean size per call and bus bandwidth, by collective kind."""
-    names = [r["run"] for r in rows]
+    names = [r.run for r in rows]
     fig = go.Figure()
     for kind in _kinds_present(rows):
         color = KIND_COLORS.get(kind, OTHER_KIND_COLOR)
+        sizes = [_kind(r, kind).bytes_per_call for r in rows]
         fig.add_trace(go.Bar(
             name=f"{kind} MiB per call", x=names, offsetgroup=f"{kind} size",
-            y=[r[f"{kind}_bytes_per_call"] / 2**20 if r[f"{kind}_bytes_per_call"] else None
-               for r in rows], marker_color=color, legendgroup=kind))
+            y=[size / 2**20 if size else None for size in sizes], marker_color=color,
+            legendgroup=kind))
         fig.add_trace(go.Bar(
             name=f"{kind} bus GB/s", x=names, offsetgroup=f"{kind} bw", yaxis="y2",
-            y=[r[f"{kind}_busbw_gbps"] for r in rows], legendgroup=kind,
+            y=[_kind(r, kind).busbw_gbps for r in rows], legendgroup=kind,
             marker=dict(color=color, pattern_shape="x")))
-    return _layout(fig, "Size per call (solid) and bus bandwidth (crossed), by collective",
+    return layout(fig, "Size per call (solid) and bus bandwidth (crossed), by collective",
                    yaxis_title="MiB per call",
                    yaxis2=dict(title="GB/s", overlaying="y", side="right"), barmode="group")
 
@@ -145,7 +152,7 @@ def spread_figure(runs: list[RunResult]) -> go.Figure:
                     texts.append(f"rank {rank.rank}")
         fig.add_trace(go.Box(x=xs, y=ys, name=label, boxpoints="all", jitter=0.4,
                              pointpos=0, text=texts, hovertemplate="%{text}: %{y:.2f}"))
-    return _layout(fig, "Per-rank spread", boxmode="group", yaxis_title="%")
+    return layout(fig, "Per-rank spread", boxmode="group", yaxis_title="%")
 
 
 def timeline_figure(run: RunResult) -> go.Figure:
@@ -178,7 +185,7 @@ def timeline_figure(run: RunResult) -> go.Figure:
                 hovertemplate="%{text}<br>%{base:.3f} ms, %{x:.3f} ms long<extra></extra>"))
             shown.add(kind)
     step = next((r.timeline.step for r in run.ranks if r.timeline), "")
-    return _layout(fig, f"{run.name}: {step}, one step per rank (ms from the step's start)",
+    return layout(fig, f"{run.name}: {step}, one step per rank (ms from the step's start)",
                    barmode="overlay", xaxis_title="ms",
                    height=160 + 60 * 2 * len(run.ranks),
                    yaxis=dict(autorange="reversed"))
@@ -205,8 +212,10 @@ def _environment_summary(runs: list[RunResult]) -> list[tuple[str, str]]:
             ("grad accumulation", values("grad_accum")), ("parameters", values("parameters"))]
 
 
-def comparison_rows(analysis: Analysis) -> list[dict[str, Any]]:
-    rows = [run_row(run).to_dict() for run in analysis.runs]
+def comparison_rows(run_rows: list[RunRow]) -> list[dict[str, Any]]:
+    """The comparison table's cells by column (the template's view of the rows), with each
+    run's throughput against the median of the ``single`` runs."""
+    rows = [row.to_dict() for row in run_rows]
     single = [r["samples_per_s"] for r in rows if r["variant"] == "single" and r["samples_per_s"]]
     baseline = statistics.median(single) if single else None
     for row in rows:
@@ -268,7 +277,7 @@ def bucket_figure(run: RunResult) -> go.Figure | None:
     if timeline.backward_end_ms is not None:
         fig.add_vline(x=timeline.backward_end_ms, line_dash="dash", line_color="#555",
                       annotation_text="backward ends")
-    return _layout(fig, f"{run.name}: buckets of {timeline.step}, rank {run.ranks[0].rank} "
+    return layout(fig, f"{run.name}: buckets of {timeline.step}, rank {run.ranks[0].rank} "
                         "(ms from the step's start)", barmode="overlay", xaxis_title="ms",
                    height=140 + 40 * len(rows), yaxis=dict(autorange="reversed"))
 
@@ -283,7 +292,7 @@ def bucket_tables(analysis: Analysis) -> list[dict[str, Any]]:
         tables.append({"run": run.name, "step": timeline.step,
                        "backward_end_ms": timeline.backward_end_ms,
                        "rows": [asdict(b) for b in timeline.buckets],
-                       "figure": _embed(figure) if figure else None})
+                       "figure": embed(figure) if figure else None})
     return tables
 
 
@@ -315,7 +324,7 @@ def memory_figure(runs: list[RunResult]) -> go.Figure | None:
             showlegend=False, marker=dict(color=color, pattern_shape="/", opacity=0.55),
             y=[getattr(e, key) / 2**20 if e else None for e in estimates],
             hovertemplate=f"{label}, estimated: %{{y:.2f}} MiB<extra></extra>"))
-    return _layout(fig, "Memory per rank, measured (solid) and estimated (hatched), MiB",
+    return layout(fig, "Memory per rank, measured (solid) and estimated (hatched), MiB",
                    barmode="stack", yaxis_title="MiB")
 
 
@@ -329,19 +338,21 @@ def _last_step_note(analysis: Analysis) -> str:
 
 def render_report(analysis: Analysis, title: str, findings: list | None = None) -> str:
     """The whole page as one string (the caller writes it); ``findings`` open the page."""
-    rows = comparison_rows(analysis)
-    figures = [breakdown_figure(rows), overlap_figure(rows), collectives_figure(rows),
-               bandwidth_figure(rows), spread_figure(analysis.runs)]
+    run_rows = [run_row(run) for run in analysis.runs]
+    figures = [breakdown_figure(run_rows), overlap_figure(run_rows),
+               collectives_figure(run_rows), bandwidth_figure(run_rows),
+               spread_figure(analysis.runs)]
     memory = memory_figure(analysis.runs)
     if memory is not None:
         figures.append(memory)
-    html_figures = [_embed(fig) for fig in figures]
-    html_timelines = [_embed(timeline_figure(run)) for run in analysis.runs]
+    html_figures = [embed(fig) for fig in figures]
+    html_timelines = [embed(timeline_figure(run)) for run in analysis.runs]
     buckets = bucket_tables(analysis)
     return template_environment(html=True).get_template("report.html.j2").render(
-        title=title, generated=_generated(),
+        title=title, generated=generated(),
         environment=_environment_summary(analysis.runs), definitions=DEFINITIONS,
-        columns=TABLE_COLUMNS, rows=rows, cell=format_cell, figures=html_figures,
+        columns=TABLE_COLUMNS, rows=comparison_rows(run_rows), cell=format_cell,
+        figures=html_figures,
         rank_columns=RANK_COLUMNS, rank_tables=rank_tables(analysis),
         timelines=html_timelines, bucket_columns=BUCKET_COLUMNS, bucket_tables=buckets,
         figure_count=len(html_figures) + len(html_timelines) + sum(
@@ -349,90 +360,3 @@ def render_report(analysis: Analysis, title: str, findings: list | None = None) 
         errors=analysis.errors, unfinished=analysis.unfinished,
         last_step_note=_last_step_note(analysis),
         findings=[f.to_dict() for f in findings or []], plotly_js=get_plotlyjs())
-
-
-def render_page(title: str, intro: list[str], columns: list[tuple[str, str]],
-                rows: list[dict[str, Any]], figures: list[go.Figure]) -> str:
-    """A smaller self-contained page (sweep, bench): text, one table, figures."""
-    return template_environment(html=True).get_template("figures.html.j2").render(
-        title=title, generated=_generated(), intro=intro, columns=columns, rows=rows,
-        cell=format_cell, figures=[_embed(fig) for fig in figures], plotly_js=get_plotlyjs())
-
-
-def valley_figure(rows: list[dict[str, Any]], default_mb: float) -> go.Figure:
-    """Step time against bucket size, one line per variant, the default size marked."""
-    fig = go.Figure()
-    for variant in dict.fromkeys(r["variant"] for r in rows):
-        mine = [r for r in rows if r["variant"] == variant and r.get("step_ms") is not None]
-        fig.add_trace(go.Scatter(
-            x=[r["bucket_cap_mb"] for r in mine], y=[r["step_ms"] for r in mine],
-            mode="lines+markers", name=variant,
-            text=[f"overlap {format_cell(r['overlap_pct'])} %, "
-                  f"{format_cell(r['all_reduce_calls_per_step'])} all-reduces/step" for r in mine],
-            hovertemplate="%{x} MiB: %{y:.1f} ms<br>%{text}<extra></extra>"))
-    fig.add_vline(x=default_mb, line_dash="dash", line_color="#888",
-                  annotation_text=f"default {default_mb:g} MiB")
-    return _layout(fig, "Step time against bucket size", xaxis_type="log",
-                   xaxis_title="bucket cap (MiB, log scale)", yaxis_title="step time (ms)")
-
-
-def calibration_figure(rows: list[dict[str, Any]]) -> go.Figure:
-    """``ddpprof calibrate``'s curve: bus and algorithm bandwidth against size (log x), and the
-    fitted model's bus bandwidth."""
-    sizes = [r["size_bytes"] for r in rows]
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=sizes, y=[r["busbw_gbps"] for r in rows], mode="lines+markers",
-                             name="busbw (measured)"))
-    fig.add_trace(go.Scatter(x=sizes, y=[r["algbw_gbps"] for r in rows], mode="lines+markers",
-                             name="algbw (measured)"))
-    fig.add_trace(go.Scatter(
-        x=sizes, y=[r["busbw_gbps"] * r["time_us"] / r["model_time_us"] for r in rows],
-        mode="lines", line=dict(dash="dot"), name="busbw of the fit α + traffic/β"))
-    return _layout(fig, "All-reduce bandwidth against size", xaxis_type="log",
-                   xaxis_title="size (bytes, log scale)", yaxis_title="GB/s")
-
-
-def speedup_figure(rows: list[dict[str, Any]]) -> go.Figure:
-    """Speedup against ``single`` by process count: one line per model and variant."""
-    fig = go.Figure()
-    for model, variant in dict.fromkeys((r["model"], r["variant"]) for r in rows):
-        mine = sorted((r for r in rows if (r["model"], r["variant"]) == (model, variant)
-                       and r.get("speedup") is not None), key=lambda r: r["nproc"])
-        if mine:
-            fig.add_trace(go.Scatter(x=[r["nproc"] for r in mine], y=[r["speedup"] for r in mine],
-                                     mode="lines+markers", name=f"{model} {variant}"))
-    counts = sorted({r["nproc"] for r in rows})
-    fig.add_trace(go.Scatter(x=counts, y=counts, mode="lines", name="linear",
-                             line=dict(dash="dot", color="#999")))
-    return _layout(fig, "Speedup against single, by number of processes",
-                   xaxis_title="processes", yaxis_title="speedup")
-
-
-def throughput_figure(rows: list[dict[str, Any]]) -> go.Figure:
-    fig = go.Figure()
-    for variant in dict.fromkeys(r["variant"] for r in rows):
-        mine = [r for r in rows if r["variant"] == variant]
-        fig.add_trace(go.Bar(x=[f"{r['model']} x{r['nproc']}" for r in mine],
-                             y=[r["samples_per_s"] for r in mine], name=variant))
-    return _layout(fig, "Throughput (samples/s, median of repeats)", barmode="group",
-                   yaxis_title="samples/s")
-
-
-def prediction_figure(rows: list[dict[str, Any]], default_mb: float) -> go.Figure:
-    """Predicted step time against bucket size per world size, measured points on top."""
-    fig = go.Figure()
-    for n in dict.fromkeys(r["world_size"] for r in rows):
-        mine = [r for r in rows if r["world_size"] == n]
-        fig.add_trace(go.Scatter(x=[r["bucket_cap_mb"] for r in mine],
-                                 y=[r["step_ms"] for r in mine], mode="lines+markers",
-                                 name=f"predicted, {n} ranks"))
-    measured = [r for r in rows if r.get("measured_step_ms")]
-    if measured:
-        fig.add_trace(go.Scatter(x=[r["bucket_cap_mb"] for r in measured],
-                                 y=[r["measured_step_ms"] for r in measured], mode="markers",
-                                 marker=dict(size=11, symbol="x", color="black"),
-                                 name=f"measured, {measured[0]['world_size']} ranks"))
-    fig.add_vline(x=default_mb, line_dash="dash", line_color="#888",
-                  annotation_text=f"default {default_mb:g} MiB")
-    return _layout(fig, "Predicted step time against bucket size", xaxis_type="log",
-                   xaxis_title="bucket cap (MiB, log scale)", yaxis_title="step time (ms)")

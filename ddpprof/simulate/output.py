@@ -1,18 +1,58 @@
-"""A simulation as text, rows and JSON (``ddpprof simulate``'s output)."""
+"""A simulation as text, rows and a JSON document (``ddpprof simulate``'s output)."""
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
+import msgspec
+
 from ..errors import UsageError
-from ..manifest import RunManifest
-from .results import Simulation, best, median_error_pct
+from ..json_input import read_json_bytes
+from ..manifest import RunManifest, validation_problem
+from ..report.table import Column, columns
+from .results import Measured, SimulateRow, Simulation, best, median_error_pct
+
+COLUMNS: list[Column] = [
+    Column("variant"), Column("world_size", "ranks"), Column("bucket_cap_mib", "cap_mib"),
+    Column("step_ms"), Column("exposed_comm_ms", "exposed_ms"), Column("overlap_pct", "overlap_%"),
+    Column("efficiency"), Column("measured_step_ms", "measured_ms"), Column("error_pct", "error_%"),
+    *columns(wide=("buckets", "recorded"))]
 
 
-def rows(simulation: Simulation, sweep_points: dict[float, float]) -> list[dict]:
-    rows = []
+class CostDocument(msgspec.Struct, kw_only=True):
+    alpha_us: float
+    beta_gbps: float                    # bus bandwidth the model tends to for large calls
+    r2: float | None
+    samples: int
+    source: str
+
+
+class ContentionDocument(msgspec.Struct, kw_only=True):
+    compute_slowdown: float
+    comm_alone: float
+    comm_overlapped: float
+
+
+class SimulateDocument(msgspec.Struct, kw_only=True):
+    """``ddpprof simulate --json``: schema ``ddpprof.simulate``, version 3 (rows name the cap
+    ``bucket_cap_mib``)."""
+
+    schema: str = "ddpprof.simulate"
+    version: int = 3
+    run: str
+    variant: str | None
+    world_size: int
+    rows: list[SimulateRow]
+    cost: CostDocument
+    contention: ContentionDocument
+    measured: Measured
+    profiler_overhead_ratio: float
+    notes: list[str]
+
+
+def rows(simulation: Simulation, sweep_points: dict[float, float]) -> list[SimulateRow]:
+    table = []
     for p in simulation.predictions:
         measured = None
         if p.world_size == simulation.world_size:
@@ -20,11 +60,13 @@ def rows(simulation: Simulation, sweep_points: dict[float, float]) -> list[dict]
                 measured = simulation.measured.step_ms
             elif p.bucket_cap_mb is not None:
                 measured = sweep_points.get(p.bucket_cap_mb)
-        row = {key: value for key, value in p.__dict__.items()}
-        row["measured_step_ms"] = measured
-        row["error_pct"] = 100 * (p.step_ms - measured) / measured if measured else None
-        rows.append(row)
-    return rows
+        table.append(SimulateRow(
+            variant=p.variant, world_size=p.world_size, bucket_cap_mib=p.bucket_cap_mb,
+            buckets=p.buckets, step_ms=p.step_ms, exposed_comm_ms=p.exposed_comm_ms,
+            overlap_pct=p.overlap_pct, efficiency=p.efficiency, recorded=p.recorded,
+            measured_step_ms=measured,
+            error_pct=100 * (p.step_ms - measured) / measured if measured else None))
+    return table
 
 
 def summary_lines(simulation: Simulation) -> list[str]:
@@ -32,8 +74,10 @@ def summary_lines(simulation: Simulation) -> list[str]:
     cost, contention = simulation.cost, simulation.contention
     fit = f", R² = {cost.r2:.3f}" if cost.r2 is not None else ""
     programs = simulation.programs
-    part = lambda attribute: statistics.median(  # noqa: E731
-        getattr(p, attribute) for p in programs) / 1e3
+
+    def part(attribute: str) -> float:
+        return statistics.median(getattr(p, attribute) for p in programs) / 1e3
+
     lines = [
         f"cost model: α = {cost.alpha_us:.1f} µs, β = {cost.beta_bytes_per_us / 1e3:.3f} GB/s "
         f"bus bandwidth ({cost.source}{fit})",
@@ -49,7 +93,7 @@ def summary_lines(simulation: Simulation) -> list[str]:
     return lines + [f"note: {note}" for note in simulation.notes]
 
 
-def verdict_lines(simulation: Simulation, default_cap_mb: float) -> list[str]:
+def verdict_lines(simulation: Simulation, default_cap_mib: float) -> list[str]:
     """The run's own configuration against its measurement, and the best cap per world
     size."""
     lines = []
@@ -65,16 +109,16 @@ def verdict_lines(simulation: Simulation, default_cap_mb: float) -> list[str]:
                      f"measured {seen} (trace)")
     for n, top in best(simulation.predictions).items():
         default = next((p for p in simulation.predictions if p.world_size == n
-                        and p.bucket_cap_mb == default_cap_mb and p.variant == top.variant),
+                        and p.bucket_cap_mb == default_cap_mib and p.variant == top.variant),
                        None)
-        gap = (f"; the default {default_cap_mb:g} MiB is "
+        gap = (f"; the default {default_cap_mib:g} MiB is "
                f"{100 * (default.step_ms / top.step_ms - 1):.1f}% slower" if default else "")
         lines.append(f"world size {n}: best predicted bucket {top.bucket_cap_mb:g} MiB "
                      f"({top.variant}), {top.step_ms:.2f} ms{gap}")
-    error = median_error_pct([(r["step_ms"], r["measured_step_ms"]) for r in simulation.rows
-                              if r["measured_step_ms"]])
-    if error is not None:
-        lines.append(f"measured points: median |error| {error:.1f}%")
+    median = median_error_pct([(r.step_ms, r.measured_step_ms) for r in simulation.rows
+                               if r.measured_step_ms])
+    if median is not None:
+        lines.append(f"measured points: median |error| {median:.1f}%")
     return lines
 
 
@@ -82,30 +126,57 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f} ms"
 
 
-def to_json_document(simulation: Simulation) -> dict:
-    """``simulate --json``: schema ``ddpprof.simulate``, version 2."""
+def to_json_document(simulation: Simulation) -> SimulateDocument:
     cost, contention = simulation.cost, simulation.contention
-    return {"schema": "ddpprof.simulate", "version": 2, "run": simulation.run,
-            "variant": simulation.variant, "world_size": simulation.world_size,
-            "rows": simulation.rows,
-            "cost": {"alpha_us": cost.alpha_us, "beta_gbps": cost.beta_bytes_per_us / 1e3,
-                     "r2": cost.r2, "samples": cost.samples, "source": cost.source},
-            "contention": {"compute_slowdown": contention.compute_slowdown,
-                           "comm_alone": contention.comm_alone,
-                           "comm_overlapped": contention.comm_overlapped},
-            "measured": simulation.measured.__dict__,
-            "profiler_overhead_ratio": simulation.overhead_ratio, "notes": simulation.notes}
+    return SimulateDocument(
+        run=simulation.run, variant=simulation.variant, world_size=simulation.world_size,
+        rows=simulation.rows,
+        cost=CostDocument(alpha_us=cost.alpha_us, beta_gbps=cost.beta_bytes_per_us / 1e3,
+                          r2=cost.r2, samples=cost.samples, source=cost.source),
+        contention=ContentionDocument(compute_slowdown=contention.compute_slowdown,
+                                      comm_alone=contention.comm_alone,
+                                      comm_overlapped=contention.comm_overlapped),
+        measured=simulation.measured, profiler_overhead_ratio=simulation.overhead_ratio,
+        notes=simulation.notes)
+
+
+class _MeasuredRow(msgspec.Struct):
+    variant: str | None = None
+    bucket_cap_mib: float | None = None
+    bucket_cap_mb: float | None = None      # sweep --json version 1
+    step_ms: float | None = None
+
+
+class _SweepFile(msgspec.Struct):
+    schema: str
+    rows: list[_MeasuredRow]
 
 
 def measured_steps(path: Path, manifest: RunManifest) -> dict[float, float]:
-    """Measured step ms by bucket size from a sweep file: its bucket_ddp_async rows (what the
-    replay models), else the run's own variant's."""
+    """Measured step ms by bucket size from a ``sweep --json`` file: its bucket_ddp_async rows
+    (what the replay models), else the run's own variant's. Every problem with the file is one
+    ``UsageError`` naming it (and the row and field)."""
+    data = read_json_bytes(path)
     try:
-        rows = json.loads(path.read_text())["rows"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"{path}: not a `ddpprof sweep --json` file ({error})") from None
-    variants = {r.get("variant") for r in rows}
+        document = msgspec.json.decode(data, type=_SweepFile)
+    except msgspec.ValidationError as error:
+        raise UsageError(f"{path}: not a `ddpprof sweep --json` file "
+                         f"({validation_problem(error)})") from None
+    except msgspec.DecodeError as error:
+        raise UsageError(f"{path}: not JSON ({error})") from None
+    if document.schema != "ddpprof.sweep":
+        raise UsageError(f"{path}: not a `ddpprof sweep --json` file (schema "
+                         f"{document.schema!r})")
+    variants = {r.variant for r in document.rows}
     variant = manifest.config.variant if manifest.config.variant in variants \
         else "bucket_ddp_async"
-    return {float(r["bucket_cap_mb"]): r["step_ms"] for r in rows
-            if r.get("step_ms") and r.get("variant") == variant}
+    points: dict[float, float] = {}
+    for index, row in enumerate(document.rows):
+        cap = row.bucket_cap_mib if row.bucket_cap_mib is not None else row.bucket_cap_mb
+        if row.variant != variant or row.step_ms is None:
+            continue
+        if cap is None or not (0 < cap < float("inf")) or not 0 < row.step_ms < float("inf"):
+            raise UsageError(f"{path}: rows[{index}]: needs a positive bucket_cap_mib and "
+                             "step_ms")
+        points[cap] = row.step_ms
+    return points

@@ -23,6 +23,25 @@ class Prediction:
 
 
 @dataclass(frozen=True)
+class SimulateRow:
+    """One prediction as ``ddpprof simulate`` prints it, beside what was measured at its
+    configuration: the run's own median unprofiled step, or a ``sweep --json`` point at the
+    run's world size; ``error_pct`` is (predicted − measured) / measured × 100."""
+
+    variant: str
+    world_size: int
+    bucket_cap_mib: float | None
+    buckets: int
+    step_ms: float
+    exposed_comm_ms: float
+    overlap_pct: float | None
+    efficiency: float
+    recorded: bool
+    measured_step_ms: float | None
+    error_pct: float | None
+
+
+@dataclass(frozen=True)
 class Measured:
     """The run as recorded: its median unprofiled step (run.json) and, from its trace, the
     median over its profiled steps of overlap % and exposed communication."""
@@ -44,7 +63,7 @@ class Simulation:
     overhead_ratio: float
     predictions: list[Prediction]
     measured: Measured
-    rows: list[dict] = field(default_factory=list)
+    rows: list[SimulateRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property

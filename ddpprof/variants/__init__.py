@@ -33,6 +33,8 @@ class VariantInfo:
     #: What each rank holds a 1/N shard of: 0 nothing (DDP), 1 optimizer state, 2 and
     #: gradients, 3 and parameters (ZeRO's stages).
     zero_stage: int = 0
+    #: One line for ``record --help`` and ``ddpprof variants``.
+    description: str = ""
 
     @property
     def sharded(self) -> bool:
@@ -40,18 +42,29 @@ class VariantInfo:
 
 
 VARIANTS: dict[str, VariantInfo] = {info.name: info for info in (
-    VariantInfo("single", "single", "Single", distributed=False),
-    VariantInfo("simple_ddp", "simple_ddp", "SimpleDDP"),
-    VariantInfo("simple_ddp_ga", "simple_ddp_ga", "SimpleDDPGA", default_grad_accum=2),
-    VariantInfo("simple_ddp_hook", "simple_ddp_hook", "SimpleDDPHook"),
-    VariantInfo("simple_ddp_async", "simple_ddp_async", "SimpleDDPAsync"),
-    VariantInfo("bucket_ddp_async", "bucket_ddp_async", "BucketDDPAsync", bucketed=True),
-    VariantInfo("pytorch_ddp", "pytorch_ddp", "PyTorchDDP", bucketed=True, ddp_options=True),
-    VariantInfo("zero1", "zero1", "Zero1", bucketed=True, zero_stage=1),
-    VariantInfo("zero2", "zero2", "Zero2", bucketed=True, zero_stage=2),
+    VariantInfo("single", "single", "Single", distributed=False,
+                description="one process, no process group: the baseline"),
+    VariantInfo("simple_ddp", "simple_ddp", "SimpleDDP",
+                description="after backward, a blocking all-reduce per parameter: no overlap"),
+    VariantInfo("simple_ddp_ga", "simple_ddp_ga", "SimpleDDPGA", default_grad_accum=2,
+                description="simple_ddp accumulating gradients over 2 micro-steps by default"),
+    VariantInfo("simple_ddp_hook", "simple_ddp_hook", "SimpleDDPHook",
+                description="a blocking all-reduce per parameter from its hook, in backward"),
+    VariantInfo("simple_ddp_async", "simple_ddp_async", "SimpleDDPAsync",
+                description="an async all-reduce per parameter from its hook"),
+    VariantInfo("bucket_ddp_async", "bucket_ddp_async", "BucketDDPAsync", bucketed=True,
+                description="gradients in buckets, one async all-reduce per bucket"),
+    VariantInfo("pytorch_ddp", "pytorch_ddp", "PyTorchDDP", bucketed=True, ddp_options=True,
+                description="torch.nn.parallel.DistributedDataParallel"),
+    VariantInfo("zero1", "zero1", "Zero1", bucketed=True, zero_stage=1,
+                description="ZeRO-1: bucketed reduce-scatter, optimizer state sharded"),
+    VariantInfo("zero2", "zero2", "Zero2", bucketed=True, zero_stage=2,
+                description="ZeRO-2: zero1, and each rank keeps only its gradient shard"),
     VariantInfo("pytorch_zero1", "pytorch_zero1", "PyTorchZero1", bucketed=True,
-                ddp_options=True, zero_stage=1),
-    VariantInfo("fsdp", "fsdp", "FSDP", zero_stage=3),
+                ddp_options=True, zero_stage=1,
+                description="PyTorch's ZeroRedundancyOptimizer over pytorch_ddp"),
+    VariantInfo("fsdp", "fsdp", "FSDP", zero_stage=3,
+                description="ZeRO-3 through FSDP2 (fully_shard): everything sharded"),
 )}
 VARIANT_NAMES: tuple[str, ...] = tuple(VARIANTS)
 #: The sharded (ZeRO) variants.

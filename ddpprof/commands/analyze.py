@@ -1,0 +1,53 @@
+"""``ddpprof analyze``: analyze the runs found under the paths, draw the findings, and give
+the tables, the JSON document (the gate's input) and the HTML report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from .. import progress
+from ..analysis import AnalysisOptions, analyze_paths, to_json_document
+from ..findings import findings
+from ..report import console
+from ..report.output import Output, Outputs
+from ..simulate.advice import cap_advice_for_runs
+from ..trace.storage import location_of, report_name
+
+
+def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels: Sequence[str],
+            engine: str, keep_last_step: bool, jobs: int | None, scheduler: str | None,
+            outputs: Outputs) -> Output:
+    from ..trace.classify import validate_comm_patterns
+
+    options = AnalysisOptions(
+        keep_last_step=keep_last_step, per_step=per_step, hta_compat=hta_compat,
+        comm_kernels=tuple(validate_comm_patterns(comm_kernels)), engine=engine, jobs=jobs,
+        scheduler=scheduler or None)
+    locations = [location_of(path) for path in paths]
+    page_name = report_name(locations[0]) if len(locations) == 1 else "report"
+    outputs.check(page_name)
+    options = replace(options, timeline=outputs.page(page_name) is not None)
+    with progress.ranks(outputs.quiet) as (on_run, on_rank):
+        analysis = analyze_paths(locations, options, on_run=on_run, on_rank=on_rank)
+    outputs.check(page_name, files=[*(Path(r.path) for run in analysis.runs for r in run.ranks),
+                                    *(Path(run.folder) / "run.json" for run in analysis.runs)],
+                  what="a trace being analyzed")
+    advice = findings(analysis.runs, cap_advice_for_runs(analysis.runs))
+    tables = [console.run_table(analysis, advice)]
+    if options.per_step:
+        tables.append(console.step_table(analysis))
+    errors = [error.error for error in analysis.errors]
+    if not errors and analysis.unfinished and not analysis.runs:
+        errors.append("no run finished recording")
+
+    def page() -> str:
+        from ..report.html import render_report
+
+        return render_report(analysis, f"ddpprof: {page_name}", advice)
+
+    return Output(to_json_document(analysis, advice), tables if analysis.runs else [],
+                  console.findings_section(advice), notes=console.note_lines(analysis),
+                  page=page if analysis.runs else None, page_name=page_name,
+                  title="ddpprof analyze", errors=errors, exit_code=2 if errors else 0)

@@ -1,0 +1,46 @@
+"""``ddpprof calibrate``: the all-reduce sweep and its fit, written to OUT/calibration.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import RunFailed, UsageError
+from ..report.output import Output, Outputs
+from ..report.table import Table
+from . import require_record_extra
+
+
+def calibrate(backend: str, nprocs: list[int], nnodes: int, node_rank: int,
+              rdzv_endpoint: str | None, timeout_s: float, min_bytes: int, max_bytes: int,
+              step_factor: float, warmup_iters: int, iters: int, out: Path,
+              outputs: Outputs) -> Output:
+    require_record_extra("calibrate")
+    from .. import calibrate as calibration
+
+    if len(nprocs) != 1:
+        raise UsageError("--nproc: a calibration measures one world size; give one value")
+    outputs.check("calibration", folders=[out])
+    sweep = calibration.Sweep(
+        backend=backend, nproc=nprocs[0], nnodes=nnodes, node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint, timeout_s=timeout_s,
+        sizes_bytes=calibration.sweep_sizes(min_bytes, max_bytes, step_factor),
+        warmup_iters=warmup_iters, iters=iters)
+    result = calibration.calibrate(sweep, out, outputs.quiet)
+    target = out / calibration.CALIBRATION_NAME
+    if not result.points:  # another node's launcher: node 0 writes the file
+        return Output(result, notes=[f"node {node_rank}: sweep done; node 0 writes {target}"],
+                      title="ddpprof calibrate", ran=True)
+    if result.fit is None:
+        raise RunFailed(f"{target}: the sweep ran, but {result.error}; measure a wider range "
+                        "of sizes (--max-bytes)")
+    rows = calibration.point_rows(result)
+    table = Table(calibration.COLUMNS, rows)
+    summary = calibration.describe(result)
+
+    def page() -> str:
+        from ..report.pages import calibration_page
+
+        return calibration_page(summary, table, rows)
+
+    return Output(result, [table], notes=[summary, f"written: {target}"], page=page,
+                  page_name="calibration", title="ddpprof calibrate", ran=True)

@@ -1,0 +1,47 @@
+"""``ddpprof simulate``: predictions for a recorded run under other bucket caps and world
+sizes (``ddpprof.simulate``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import UsageError
+from ..record.config import RunConfig
+from ..report.output import Output, Outputs, Section
+from ..report.table import Table
+
+#: The cap a run gets when none is given: the verdict says how far it is from the best.
+DEFAULT_BUCKET_CAP_MIB: float = RunConfig.bucket_cap_mb
+
+
+def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int],
+             calibration: Path | None, bandwidth_gbps: float | None, latency_us: float | None,
+             ready_order: bool, measured: Path | None, outputs: Outputs) -> Output:
+    from .. import simulate as sim
+    from ..simulate.output import COLUMNS
+
+    if (bandwidth_gbps is None) != (latency_us is None):
+        raise UsageError("--bandwidth-gbps and --latency-us go together")
+    if calibration is not None and bandwidth_gbps is not None:
+        raise UsageError("--calibration, or --bandwidth-gbps with --latency-us: not both")
+    outputs.check("simulate", what="an input of simulate", files=[
+        *(f for f in (measured, calibration) if f),
+        *(run_path.glob("*.json*") if run_path.is_dir() else [run_path])])
+
+    def note(text: str) -> None:
+        print(f"simulate: {text}", file=sys.stderr, flush=True)
+
+    result = sim.simulate_run(run_path, bucket_caps_mib, world_sizes or None, bandwidth_gbps,
+                              latency_us, measured, calibration, ready_order, on_note=note)
+    summary = sim.summary_lines(result)
+    table = Table(COLUMNS, result.rows)
+
+    def page() -> str:
+        from ..report.pages import simulate_page
+
+        return simulate_page(result, summary, table, DEFAULT_BUCKET_CAP_MIB)
+
+    return Output(sim.to_json_document(result), [table],
+                  [Section(None, sim.verdict_lines(result, DEFAULT_BUCKET_CAP_MIB))],
+                  intro=summary, page=page, page_name="simulate", title="ddpprof simulate")

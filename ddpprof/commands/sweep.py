@@ -1,0 +1,42 @@
+"""``ddpprof sweep``: the bucketed variants over a range of bucket sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..record import grid
+from ..record.config import RunConfig
+from ..report.output import Output, Outputs
+from ..report.table import Table
+from . import require_record_extra
+
+
+def sweep(variants: list[str], bucket_caps_mib: list[float], models: list[str], nprocs: list[int],
+          steps: int, global_batch: int, backend: str, out: Path, outputs: Outputs) -> Output:
+    require_record_extra("sweep")
+    from .. import sweep as sweeping
+    from ..record.launcher import Recording
+
+    sweeping.check_variants(variants)
+    outputs.check("sweep", runs_under=[out])
+    base_config = RunConfig(model=models[0], nproc=nprocs[0], steps=steps,
+                            global_batch=global_batch, backend=backend)
+    base = Recording(variants, base_config, out=out, quiet=outputs.quiet,
+                     configs=tuple(grid.configs(base_config, models, nprocs, bucket_caps_mib)))
+    rows = sweeping.sweep(base)
+    document = sweeping.SweepDocument(models, nprocs, global_batch, rows)
+    table = Table(sweeping.COLUMNS, rows)
+    failed = [r for r in rows if r.status != "complete"]
+
+    def page() -> str:
+        from ..report.pages import sweep_page
+
+        return sweep_page(document, table, sweeping.DEFAULT_BUCKET_CAP_MIB)
+
+    best = sweeping.best_sizes(rows)
+    return Output(document, [table], notes=[f"{series}: fastest at {size:g} MiB"
+                                            for series, size in best.items()],
+                  page=page, page_name="sweep", title="ddpprof sweep", ran=True,
+                  errors=[f"{len(failed)} of {len(rows)} runs failed: "
+                          + "; ".join(f"{r.run} ({r.error})" for r in failed)] if failed else [],
+                  exit_code=1 if failed else 0)
