@@ -4,8 +4,9 @@
   0.05 percentage points;
 * ``--hta-compat``: HTA's defaults, ns rounding included, within 0.1 pp.
 
-On the shared real traces (HTA's own test data, TraceLens's H100/B200 traces, MTIA) and on
-nanosecond traces this test builds, full of sub-µs kernels that HTA's rounding distorts.
+On the real traces in ``tests/fixtures/`` (HTA's own test data, TraceLens's H100/B200 traces,
+MTIA) and on nanosecond traces this test builds, full of sub-µs kernels that HTA's rounding
+distorts.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ddpprof.analysis import AnalysisOptions, analyze_paths
 
 pytest.importorskip("hta", reason="HolisticTraceAnalysis is part of the test extra")
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REAL = ["hta-gpu/nccl-data", "hta-gpu/two-rank", "real-traces/hta-mtia-single-rank",
         "real-traces/hta-simple-add", "real-traces/tracelens-b200-eager-ws8",
         "real-traces/tracelens-h100-bert-small", "real-traces/tracelens-h100-qwen1.5-0.5b"]
@@ -70,7 +71,7 @@ def synthetic_gpu_run(folder: Path, seed: int, ranks: int = 2) -> Path:
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> list[Path]:
     made = tmp_path_factory.mktemp("synthetic")
-    real = [SHARED / name for name in REAL if (SHARED / name).is_dir()]
+    real = [FIXTURES / name for name in REAL]  # all in the repository: none may be missing
     return real + [synthetic_gpu_run(made / f"seed{seed}", seed) for seed in (1, 2, 3)]
 
 
@@ -129,7 +130,7 @@ def test_hta_compat_equals_hta_defaults(folders, keep_last_step):
             continue
         compare(entry["ranks"], ours(folder, keep_last_step=keep_last_step, hta_compat=True),
                 0.1, f"{folder.name} compat")
-    # only the trace HTA is known to fail on (README of the shared fixtures)
+    # only the trace HTA is known to fail on (tests/fixtures/real-traces/README.md)
     assert set(failed) <= {"tracelens-h100-qwen1.5-0.5b"}, failed
 
 
@@ -141,9 +142,8 @@ def test_rounding_moves_the_numbers_on_ns_traces(folders):
     assert abs(exact[0]["compute_pct"] - rounded[0]["compute_pct"]) > 0.5
 
 
-@pytest.mark.skipif(not (SHARED / "hta-gpu" / "two-rank").is_dir(), reason="no fixtures")
 def test_hta_engine_reports_htas_numbers():
-    folder = SHARED / "hta-gpu" / "two-rank"
+    folder = FIXTURES / "hta-gpu" / "two-rank"
     [run] = analyze_paths([folder], AnalysisOptions(engine="hta", jobs=1)).runs
     expected = run_hta([folder], disable_rounding=False)[str(folder)]["ranks"]
     for rank in run.ranks:

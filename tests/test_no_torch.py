@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from trace_builders import kernel, launch, span, step, write_trace
 
-HTA_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hta-gpu"
+HTA_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hta-gpu"
 
 # Runs the CLI in-process, then reports which heavy modules it imported.
 PROBE = """
@@ -56,7 +56,6 @@ def test_analyze_with_every_output_imports_no_torch(cpu_run, tmp_path):
     assert outcome == {"code": 0, "heavy": []}
 
 
-@pytest.mark.skipif(not HTA_FIXTURES.is_dir(), reason="shared fixtures not beside the repo")
 def test_analyze_gpu_trace_imports_no_torch():
     assert _probe("analyze", str(HTA_FIXTURES / "two-rank")) == {"code": 0, "heavy": []}
 

@@ -1,6 +1,6 @@
 """Every folder of real traces that other tools wrote is analyzed, and its numbers are checked
-against the reference numbers those tools published (``shared/fixtures/real-traces/README.md``
-and ``shared/fixtures/hta-gpu/``). HTA itself is run live in ``test_hta_parity.py``."""
+against the reference numbers those tools published (``tests/fixtures/real-traces/README.md``
+and ``tests/fixtures/hta-gpu/``). HTA itself is run live in ``test_hta_parity.py``."""
 
 from __future__ import annotations
 
@@ -16,10 +16,9 @@ from ddpprof.metrics.breakdown import device_breakdown
 from ddpprof.trace import classify
 from ddpprof.trace.loader import load
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-REAL = SHARED / "real-traces"
-pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"no shared fixtures at {REAL}")
-FOLDERS = sorted(p for p in [*REAL.glob("*"), *(SHARED / "hta-gpu").glob("*")] if p.is_dir())
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REAL = FIXTURES / "real-traces"
+FOLDERS = sorted(p for p in [*REAL.glob("*"), *(FIXTURES / "hta-gpu").glob("*")] if p.is_dir())
 
 
 def analyzed(folder: Path, **options):
@@ -66,8 +65,8 @@ def test_mtia_matches_htas_own_test_in_compat_mode():
 
 @pytest.mark.parametrize("folder", ["two-rank", "nccl-data"])
 def test_hta_gpu_fixtures_match_htas_expected_numbers_in_compat_mode(folder):
-    expected = json.loads((SHARED / "hta-gpu" / "hta-0.5.0-expected.json").read_text())[folder]
-    [run] = analyzed(SHARED / "hta-gpu" / folder, hta_compat=True)
+    expected = json.loads((FIXTURES / "hta-gpu" / "hta-0.5.0-expected.json").read_text())[folder]
+    [run] = analyzed(FIXTURES / "hta-gpu" / folder, hta_compat=True)
     got = by_rank(run)
     for row in expected["temporal"]:
         b = got[row["rank"]]
