@@ -99,7 +99,8 @@ def test_hta_gpu_fixtures_match_htas_expected_numbers_in_compat_mode(folder):
 
 
 def test_b200_default_is_unrounded_hta_and_compat_is_hta():
-    """README table: HTA default 12.02, HTA with HTA_DISABLE_NS_ROUNDING=1 12.84."""
+    """tests/fixtures/real-traces/README.md: HTA default 12.02, with HTA_DISABLE_NS_ROUNDING=1
+    12.84."""
     [exact] = analyzed(REAL / "tracelens-b200-eager-ws8")
     [compat] = analyzed(REAL / "tracelens-b200-eager-ws8", hta_compat=True)
     assert exact.ranks[0].breakdown.compute_pct == pytest.approx(12.84, abs=0.005)
