@@ -94,7 +94,7 @@ def test_bytes_per_step_are_the_gradient(analyzed):
 
 def test_table_csv_and_per_step_output(analyzed):
     runs, _, result, files = analyzed
-    assert result.stdout.splitlines()[0].split()[:3] == ["run", "variant", "kind"]
+    assert result.stdout.splitlines()[0].split()[:3] == ["run", "ranks", "step_ms"]
     rows = list(csv.DictReader(io.StringIO((files / "a.csv").read_text())))
     assert sorted(r["run"] for r in rows) == sorted(runs)
     assert "ProfilerStep#2" in result.stdout  # the per-step table

@@ -48,8 +48,9 @@ def test_every_shared_folder_is_analyzed(folder, ddpprof_cli, tmp_path):
                     run["run"], rank["rank"], share)
 
 
-#: The folders the plain reference covers (CPU traces; GPU traces with at most one step and no
-#: host collectives): the test above checks every share of these against it.
+#: Folders the plain reference covers (CPU traces; GPU traces with at most one step and no
+#: host collectives): the test above checks every share of these against it (at least these:
+#: a fixture added later may be covered too).
 REFERENCE_COVERS = {"hta-rank-unavailable", "hta-simple-add", "tbplugin-micro-gloo-cpu",
                     "tbplugin-micro-nccl-user-annotation", "tracelens-b200-eager-ws8",
                     "tracelens-h100-bert-small", "tracelens-h100-qwen1.5-0.5b"}
@@ -58,7 +59,7 @@ REFERENCE_COVERS = {"hta-rank-unavailable", "hta-simple-add", "tbplugin-micro-gl
 def test_the_reference_covers_the_folders_it_should():
     covered = {folder.name for folder in FOLDERS for trace in folder.glob("*.json*")
                if reference_shares(trace) is not None}
-    assert covered == REFERENCE_COVERS
+    assert covered >= REFERENCE_COVERS
 
 
 def by_rank(run) -> dict[int, object]:
