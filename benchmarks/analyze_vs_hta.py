@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hta-gpu" / "nccl-data" / "rank-0.json.gz"
+DEFAULT_FIXTURE = REPO_ROOT / "tests" / "fixtures" / "hta-gpu" / "nccl-data" / "rank-0.json.gz"
 TRACE_NAME = "rank-0.json"
 MIB = 1 << 20
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Seed 003's study, reproduced on this machine (README "Study"): the seven data-parallel
+# The study (docs/study.md), reproduced on this machine: the seven data-parallel
 # variants on smollm2-135m (random weights, synthetic tokens), 2 gloo ranks, profiled and
-# analyzed with ddpprof's findings; then the README table, seed 003's numbers beside ours.
+# analyzed with ddpprof's findings; then the study's table, the GPU reference's numbers beside
+# ours.
 #
 #   bash benchmarks/study.sh [OUT]      (default OUT: study/; about 15 minutes on 2 cores)
 #

@@ -1,10 +1,10 @@
-"""The README's "Study" table: ``benchmarks/study.sh``'s analysis beside seed 003's published
-results, with ddpprof's findings for each variant.
+"""The study's table (docs/study.md): ``benchmarks/study.sh``'s analysis beside the GPU
+reference's published results, with ddpprof's findings for each variant.
 
     python benchmarks/study_table.py ANALYSIS.json [RECORD.json]
 
 ANALYSIS.json is ``ddpprof analyze --json``; RECORD.json, ``ddpprof record --json`` (for the
-median step time). Seed 003's numbers (SmolLM2-360M, GPUs with NCCL, HTA's breakdown; its
+median step time). The GPU reference's numbers (SmolLM2-360M, GPUs with NCCL, HTA's breakdown; its
 all-reduce counts and times cover its whole profiling window, two micro-batches) are copied
 from its results table.
 """
@@ -15,9 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-#: Seed 003, "Results comparison": Compute%, Non_Compute%, Idle%, Overlap%, Comm_overhead%,
+#: The GPU reference, "Results comparison": Compute%, Non_Compute%, Idle%, Overlap%, Comm_overhead%,
 #: all_reduce_calls, all_reduce_ms.
-SEED = {
+REFERENCE = {
     "simple_ddp": (67.14, 30.54, 2.33, 0.00, 30.78, 582.0, 797.84),
     "simple_ddp_ga": (81.58, 14.64, 3.79, 0.00, 14.73, 291.0, 358.79),
     "simple_ddp_hook": (80.30, 15.93, 3.78, 0.00, 16.05, 291.0, 414.57),
@@ -25,7 +25,7 @@ SEED = {
     "bucket_ddp_async": (80.59, 15.73, 3.68, 9.63, 16.60, 44.0, 438.03),
     "pytorch_ddp": (71.13, 26.95, 1.92, 57.16, 35.83, 90.5, 1161.42),
 }
-ORDER = ["single", *SEED]
+ORDER = ["single", *REFERENCE]
 
 
 def cell(value, digits: int = 1) -> str:
@@ -46,22 +46,23 @@ def main() -> None:
         findings.setdefault(run, []).append(
             f"`{finding['code']}`" + (f" ({gain:.0f}%)" if gain is not None else ""))
     print("| variant | compute % | non-compute % | idle % | overlap % | comm overhead % | "
-          "all-reduces / step | all-reduce ms / step | step ms | seed 003: compute / "
+          "all-reduces / step | all-reduce ms / step | step ms | GPU reference: compute / "
           "non-compute / idle / overlap / comm overhead %, all-reduces, ms | findings |")
     print("|" + " --- |" * 11)
     for variant in ORDER:
         run = runs.get(variant)
         if run is None:
             continue
-        seed = SEED.get(variant)
-        seed_text = (" / ".join(cell(v, 2) for v in seed[:5]) + f", {seed[5]:g}, {seed[6]:,.0f}"
-                     if seed else "(not in the seed)")
+        reference = REFERENCE.get(variant)
+        reference_text = (" / ".join(cell(v, 2) for v in reference[:5])
+                          + f", {reference[5]:g}, {reference[6]:,.0f}"
+                          if reference else "(not in the reference)")
         name = run["run"]
         print(f"| `{variant}` | {cell(run['compute_pct'])} | {cell(run['non_compute_pct'])} | "
               f"{cell(run['idle_pct'])} | {cell(run['overlap_pct'])} | "
               f"{cell(run['comm_overhead_pct'])} | {cell(run['all_reduce_calls_per_step'], 0)} "
               f"| {cell(run['all_reduce_ms_per_step'])} | {cell(steps.get(variant), 0)} | "
-              f"{seed_text} | {', '.join(findings.get(name, [])) or 'none'} |")
+              f"{reference_text} | {', '.join(findings.get(name, [])) or 'none'} |")
 
 
 if __name__ == "__main__":

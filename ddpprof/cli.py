@@ -78,8 +78,8 @@ def record(**kwargs: Any) -> None:
     """Record training runs through torchrun: one Chrome trace per rank and a run.json each.
 
     Every variant runs under every combination of --model, --nproc and --bucket-cap-mib.
-    One run goes in OUT/NAME (NAME: the variant); several in OUT/[NAME/]LABEL, LABEL being
-    VARIANT[-MODEL][-nNPROC][-capMIB] with a part for each option given several values.
+    One run goes in OUT/NAME (NAME: the variant); several in `OUT/[NAME/]LABEL`, LABEL being
+    `VARIANT[-MODEL][-nNPROC][-capMIB]` with a part for each option given several values.
     """
     run("record", **kwargs)
 

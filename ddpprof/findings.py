@@ -1,7 +1,7 @@
 """What to change: findings drawn from an analysis, each with its evidence in numbers and, where
 the simulator can say, the gain it predicts. Pure functions of the typed results.
 
-Every rule and threshold here is documented in the README ("What to change"); each has tests
+Every rule and threshold here is documented in docs/findings.md; each has tests
 with traces that trigger it and traces that must not.
 """
 
@@ -15,7 +15,7 @@ from .analysis.results import RankResult, RunResult
 from .analysis.rows import run_row
 from .variants import VARIANTS
 
-# Thresholds, named as the README names them.
+# Thresholds, named as docs/findings.md names them.
 FEW_BUCKETS = 3                  # bucket_cap_too_large: at most this many all-reduces per step
 LATE_FIRST_LAUNCH = 0.7          # ... whose first launch comes this far into backward, or later
 LOW_OVERLAP_PCT = 50.0           # ... with less overlap than this

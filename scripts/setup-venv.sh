@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv with the pinned CPU torch and ddpprof (editable, with the record and test
-# extras).
+# Creates .venv with the pinned CPU torch and ddpprof (editable, with the record, test and
+# docs extras: docs builds the documentation site).
 # torch is installed first and pinned: an unpinned requirement would pull GBs of CUDA wheels.
 # Every other package is held to constraints.txt, so CI installs what was tested and pip
 # never backtracks (see scripts/lock-constraints.sh).
@@ -8,4 +8,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
-.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[record,test]"
+.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[record,test,docs]"

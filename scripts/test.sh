@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite, slow tests included, plus the linter.
+# The whole test suite, slow tests included, plus the linter and the documentation build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
@@ -10,4 +10,10 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
         || echo "chromium could not be installed: the browser test will be skipped"
 fi
 .venv/bin/ruff check .
+# The documentation site: a broken link, a missing page or an option the CLI reference cannot
+# render fails here (the site goes to a temporary folder, removed on exit; not --quiet, which
+# hides the warnings that --strict counts).
+site="$(mktemp -d)"
+trap 'rm -rf "$site"' EXIT
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site"
 .venv/bin/python -m pytest "$@"

@@ -243,8 +243,20 @@ def test_distributed_info_rank_wins_over_name(tmp_path):
     assert (load(path).rank, load(path).world_size) == (1, 8)
 
 
-def test_trace_error_is_a_usage_error():
-    assert issubclass(TraceError, UsageError)
+@pytest.mark.parametrize("command", ["simulate", "gate"])
+def test_a_trace_error_outside_analyze_is_bad_input(command, tmp_path, ddpprof_cli):
+    """simulate and gate read a trace themselves (not through analyze's per-run error list):
+    a trace they cannot read is still one line naming the file, exit 2, no traceback."""
+    run = tmp_path / "run"
+    _write(run / "rank0.json", b'{"traceEvents": [{"ph": "X", "na')
+    baseline = tmp_path / "base.json"
+    baseline.write_text(json.dumps({"schema": "ddpprof.analyze", "version": 2, "runs": [],
+                                    "errors": []}))
+    args = [str(run)] if command == "simulate" else [str(run), "--baseline", str(baseline)]
+    result = ddpprof_cli(command, *args)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"ddpprof: error: {run / 'rank0.json'}: truncated JSON (Input data " \
+                            "was truncated)\n"
 
 
 # ---- numbers out of range ----------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Fault injection: each class of failure a hostile user or a flaky cluster causes, reproduced.
 
 Slow ones launch torchrun (a long mlp-tiny recording, stopped by the fault); the rest need no
-run. Every test here failed on the code before issue 9 was fixed. The README's "Bad input,
-failures, and nothing half-written" section lists what is covered.
+run. Every test here failed on the code before issue 9 was fixed. docs/guarantees.md lists
+what is covered.
 """
 
 from __future__ import annotations

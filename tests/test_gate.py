@@ -200,8 +200,15 @@ def test_a_large_integer_that_a_float_holds_is_used(files, ddpprof_cli):
     big = copy.deepcopy(BASELINE)
     big["runs"][0]["overlap_pct"] = 10**300
     result = ddpprof_cli("gate", str(files("now.json", big)),
-                         "--baseline", str(files("base.json", big)))
+                         "--baseline", str(files("base.json", big)), "--json", "-")
     assert result.returncode == 0, result.stderr
+    verdicts = json.loads(result.stdout)["verdicts"]
+    # reported as written on both sides; compared as floats: the threshold 10**300 - 2 is the
+    # float 1e300, which 10**300 meets
+    first = verdicts[0]
+    assert (first["run"], first["baseline"], first["current"], first["verdict"]) == (
+        "bucket_ddp_async", 10**300, 10**300, "pass")
+    assert first["threshold"] == pytest.approx(1e300)
 
 
 def test_markdown_and_csv_escape_what_a_run_name_holds(files, ddpprof_cli, tmp_path):

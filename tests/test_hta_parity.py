@@ -4,8 +4,9 @@
   0.05 percentage points;
 * ``--hta-compat``: HTA's defaults, ns rounding included, within 0.1 pp.
 
-On the real traces in tests/fixtures (HTA's own test data, TraceLens's H100/B200 traces, MTIA) and on
-nanosecond traces this test builds, full of sub-µs kernels that HTA's rounding distorts.
+On the real traces in ``tests/fixtures/`` (HTA's own test data, TraceLens's H100/B200 traces,
+MTIA) and on nanosecond traces this test builds, full of sub-µs kernels that HTA's rounding
+distorts.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def synthetic_gpu_run(folder: Path, seed: int, ranks: int = 2) -> Path:
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> list[Path]:
     made = tmp_path_factory.mktemp("synthetic")
-    real = [FIXTURES / name for name in REAL]
+    real = [FIXTURES / name for name in REAL]  # all in the repository: none may be missing
     return real + [synthetic_gpu_run(made / f"seed{seed}", seed) for seed in (1, 2, 3)]
 
 

@@ -322,9 +322,12 @@ def test_a_run_with_gradient_accumulation_is_simulated(tmp_path, ddpprof_cli):
 def test_single_size_collectives_take_the_calibration(hook_trace, tmp_path, ddpprof_cli):
     # the run's two all-reduces differ in size, but a calibration beside it wins
     _calibration(tmp_path / "calibration.json")
-    result = ddpprof_cli("simulate", str(tmp_path), "--world-size", "2")
+    result = ddpprof_cli("simulate", str(tmp_path), "--world-size", "2", "--json", "-")
     assert result.returncode == 0, result.stderr
-    assert f"(calibration {tmp_path / 'calibration.json'}" in result.stderr + result.stdout
+    cost = json.loads(result.stdout)["cost"]
+    # the calibration's α = 10 µs and β = 1 GB/s, not a fit over the run's two sizes
+    assert (cost["alpha_us"], cost["beta_gbps"]) == (10.0, 1.0)
+    assert cost["source"] == f"calibration {tmp_path / 'calibration.json'}"
 
 
 @pytest.mark.slow

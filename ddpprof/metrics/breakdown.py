@@ -157,8 +157,9 @@ def host_breakdown(window: Intervals, compute: Intervals, comm: Intervals,
     """The CPU (gloo) definitions, every lane clipped to the window first:
 
     * window W_s = ⋃ analyzed ProfilerStep spans (or the whole trace's span without steps)
-    * C = training-thread ops and annotations minus their communication and wait spans W
-    * K = the backend's collective spans on its communication threads
+    * C = ⋃ over threads of that thread's ops and annotations minus its own communication and
+      wait spans W (a thread blocked in a collective computes nothing meanwhile)
+    * K = the backends' collective spans (gloo:*, nccl:*, ...), on whatever thread
     * compute = |C|;  non_compute = |(K ∪ W) \\ C|;  idle = |W_s| − compute − non_compute
     * overlap = |C ∩ K| / |K|;  exposed comm = |K \\ C|
     """
