@@ -1,0 +1,210 @@
+"""The step graph across ranks, its critical path and its replay: hand-computed synthetic
+traces (tests/fixtures/critical-path/), hand-built graphs, invariants as fuzz tests, and the
+real multi-rank fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ddpprof.graph.build import step_graphs
+from ddpprof.graph.model import EdgeKind, Node, NodeKind, StepGraph, recorded_graph
+from ddpprof.graph.path import (
+    COMMUNICATION,
+    COMPUTE,
+    HOST,
+    IDLE,
+    WAITING,
+    critical_path,
+    replay,
+)
+from ddpprof.graph.whatif import Edit, edited_step_us
+from ddpprof.trace.loader import load
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def graphs_of(folder: Path) -> list[StepGraph]:
+    traces = {}
+    for position, path in enumerate(sorted(folder.glob("*.json*"))):
+        trace = load(path)
+        traces[trace.rank if trace.rank is not None else position] = trace
+    graphs, _ = step_graphs(traces)
+    return graphs
+
+
+def split_of(path) -> dict[tuple[str, int], float]:
+    return {key: round(us, 6) for key, us in path.split_us.items() if round(us, 6)}
+
+
+def test_cpu_gloo_two_ranks_hand_computed():
+    """Rank 0: mm 0-40, c10d 40-42, wait 42-80, gloo 45-78 (thread 2), add_ 82-95. Rank 1: mm
+    0-60, c10d 60-62, wait 62-80, gloo 63-78, add_ 81-90. Steps 0-100 on both.
+
+    Rank 1 arrives last (63), so both transfers are 63-78. The step ends at 100 on both;
+    rank 0's step end is taken (lowest rank). Back from it: the 5 µs after add_ (host), add_
+    82-95 (compute, rank 0), 80-82 (host: the wait returned, then the next op), 78-80
+    (host: completion), the transfer 63-78 (communication, rank 0), then rank 1: the issue
+    gap 62-63 and c10d 60-62 (host) and mm 0-60 (compute). Rank 0 sat in the all-reduce
+    from 45 to 63: the last 18 µs of path before the hop (mm 45-60, c10d, gap) are waiting
+    for rank 1. So: compute rank 1 = 45, waiting for rank 1 = 18, communication = 15,
+    host rank 0 = 5 + 2 + 2 = 9, compute rank 0 = 13; 100 in all."""
+    (graph,) = graphs_of(FIXTURES / "critical-path" / "cpu-two-rank")
+    path = critical_path(graph)
+    assert path.length_us == pytest.approx(100)
+    assert path.home_rank == 0
+    assert split_of(path) == {(COMPUTE, 1): 45, (WAITING, 1): 18, (COMMUNICATION, 0): 15,
+                              (HOST, 0): 9, (COMPUTE, 0): 13}
+    names = [graph.nodes[n].name for n in path.nodes]
+    assert names == ["aten::mm", "c10d::allreduce_", "gloo:all_reduce", "gloo:all_reduce",
+                     "ddpprof::wait", "aten::add_", "step end"]
+    assert [graph.nodes[n].rank for n in path.nodes] == [1, 1, 1, 0, 0, 0, 0]
+    # rank 0's mm (0-40) could end 23 µs later before the step grew: it arrives at 45 and the
+    # transfer waits for rank 1 until 63
+    mm0 = next(i for i, n in enumerate(graph.nodes) if n.rank == 0 and n.name == "aten::mm")
+    assert path.slack_us[mm0] == pytest.approx(18)
+    assert all(path.slack_us[n] == pytest.approx(0) for n in path.nodes)
+
+
+def test_gpu_nccl_two_ranks_hand_computed():
+    """Each rank: launches 10-12 (corr 1) and 20-22 (corr 2) on its step 0-100; rank 0: GEMM
+    15-50, all-reduce kernel 50-80; rank 1: GEMM 15-60, all-reduce 60-85; the kernels share
+    group 0, sequence 1.
+
+    Both transfers start at 60 (rank 1 arrives last). Back from rank 0's step end: 80-100
+    host (the host step outlives its device work), the transfer 60-80, then rank 1: GEMM 15-60,
+    the launch latency 12-15 and the launch 10-12 (host), and 0-10 idle before its first op.
+    Rank 0 sat in the all-reduce 50-60: 10 µs of rank 1's GEMM are waiting for rank 1."""
+    (graph,) = graphs_of(FIXTURES / "critical-path" / "gpu-two-rank")
+    path = critical_path(graph)
+    assert split_of(path) == {(IDLE, 1): 10, (HOST, 1): 5, (COMPUTE, 1): 35, (WAITING, 1): 10,
+                              (COMMUNICATION, 0): 20, (HOST, 0): 20}
+    kinds = {EdgeKind(e.kind) for e in graph.edges}
+    assert {EdgeKind.LAUNCH, EdgeKind.ARRIVAL, EdgeKind.PROGRAM, EdgeKind.STEP} <= kinds
+
+
+def test_a_faster_collective_or_a_delayed_rank_moves_the_step():
+    """In the CPU fixture the transfer (15 µs) is on the path: a network 40% faster saves
+    6 µs. Rank 0's work after the wait (add_ ending at 95, then 5 µs to the step end) is
+    what ends the step, so delaying rank 1's start by 10 µs delays its arrival to 73, the
+    transfers to 73-88, rank 0's add_ to 92-105 and the step end to 110. GEMMs (aten::mm)
+    20% faster: rank 1's mm 0-48, arrival 51, transfer 51-66 and rank 0's step ends at 88."""
+    (graph,) = graphs_of(FIXTURES / "critical-path" / "cpu-two-rank")
+    assert edited_step_us(graph, []) == pytest.approx(100)
+    assert edited_step_us(graph, [Edit("faster-network", "", 40)]) == pytest.approx(94)
+    assert edited_step_us(graph, [Edit("rank-delay", "1", 10)]) == pytest.approx(110)
+    assert edited_step_us(graph, [Edit("faster", "gemm", 20)]) == pytest.approx(88)
+
+
+def test_graph_is_json_with_its_schema():
+    (graph,) = graphs_of(FIXTURES / "critical-path" / "cpu-two-rank")
+    document = msgspec.json.decode(msgspec.json.encode(graph))
+    assert document["schema"] == "ddpprof.step-graph"
+    assert set(document["nodes"][0]) == {"rank", "lane", "kind", "name", "start_us",
+                                         "duration_us", "release_us"}
+    assert msgspec.json.decode(msgspec.json.encode(graph), type=StepGraph) == graph
+
+
+def test_hand_built_graph_with_a_known_path():
+    """a (rank 0, 0-10) -> c (rank 0, 20-25); b (rank 1, 0-15) -> c (an arrival); a -> d
+    (10-11). c's binding edge is b's (ends 15, gap 5); the path is b, c: 15 µs of compute on
+    rank 1, the 5 µs gap of the arrival edge (communication), 5 µs of compute on rank 0. No
+    rank-0 arrive node precedes c, so nothing is relabelled as waiting. Slack: a could end at
+    20 (10), d at 25 (14)."""
+    nodes = [Node(0, "thread 1", NodeKind.COMPUTE, "a", 0, 10),
+             Node(1, "thread 1", NodeKind.COMPUTE, "b", 0, 15),
+             Node(0, "thread 1", NodeKind.COMPUTE, "c", 20, 5),
+             Node(0, "thread 2", NodeKind.COMPUTE, "d", 10, 1)]
+    graph = recorded_graph("s", 0.0, nodes, [(0, 2, EdgeKind.PROGRAM),
+                                             (1, 2, EdgeKind.ARRIVAL),
+                                             (0, 3, EdgeKind.PROGRAM)])
+    path = critical_path(graph)
+    assert [graph.nodes[n].name for n in path.nodes] == ["b", "c"]
+    assert path.length_us == 25
+    assert path.slack_us.tolist() == [10, 0, 0, 14]
+    assert split_of(path) == {(COMPUTE, 0): 5, (COMMUNICATION, 0): 5, (COMPUTE, 1): 15}
+
+
+# ---- invariants --------------------------------------------------------------------------
+
+@st.composite
+def random_graphs(draw) -> StepGraph:
+    """Any recorded times (overlapping, out of order: clock skew) and forward edges."""
+    n = draw(st.integers(1, 14))
+    nodes = []
+    for _ in range(n):
+        rank = draw(st.integers(0, 2))
+        lane = draw(st.sampled_from(["thread 1", "thread 2", "stream 7"]))
+        kind = draw(st.sampled_from(list(NodeKind)))
+        start = draw(st.floats(0, 100, allow_nan=False))
+        duration = 0.0 if kind in (NodeKind.ARRIVE, NodeKind.WAIT, NodeKind.STEP_END) else \
+            draw(st.floats(0, 50, allow_nan=False))
+        nodes.append(Node(rank, lane, kind, f"n{len(nodes)}", start, duration))
+    edges = []
+    for dst in range(1, n):
+        for src in draw(st.sets(st.integers(0, dst - 1), max_size=3)):
+            edges.append((src, dst, draw(st.sampled_from(list(EdgeKind)))))
+    origin = min(node.start_us for node in nodes) - draw(st.floats(0, 10, allow_nan=False))
+    return recorded_graph("fuzz", origin, nodes, edges)
+
+
+@settings(max_examples=300, deadline=None)
+@given(random_graphs())
+def test_path_invariants(graph):
+    schedule = replay(graph)
+    # replaying the recorded graph unchanged gives back its recorded times
+    for i, node in enumerate(graph.nodes):
+        assert schedule.start_us[i] == pytest.approx(node.start_us, abs=1e-6)
+        assert schedule.end_us[i] == pytest.approx(node.end_us, abs=1e-6)
+    path = critical_path(graph)
+    makespan = max(node.end_us for node in graph.nodes) - graph.origin_us
+    # the critical path's length is the replayed makespan, and its split sums to it
+    assert path.length_us == pytest.approx(makespan, abs=1e-6)
+    assert sum(path.split_us.values()) == pytest.approx(path.length_us, abs=1e-6)
+    assert all(piece.duration_us >= 0 for piece in path.pieces)
+    # the path is a chain of dependent nodes, each on no slack
+    pairs = {(e.src, e.dst) for e in graph.edges}
+    assert all((a, b) in pairs for a, b in zip(path.nodes, path.nodes[1:], strict=False))
+    assert all(path.slack_us[n] == pytest.approx(0, abs=1e-6) for n in path.nodes)
+    assert (path.slack_us >= 0).all()
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_graphs(), st.floats(0, 99), st.floats(0, 99))
+def test_faster_work_never_lengthens_the_step(graph, compute_pct, network_pct):
+    before = edited_step_us(graph, [])
+    assert before == pytest.approx(max(n.end_us for n in graph.nodes) - graph.origin_us,
+                                   abs=1e-6)
+    after = edited_step_us(graph, [Edit("faster", "compute", compute_pct),
+                                   Edit("faster-network", "", network_pct)])
+    assert after <= before + 1e-6
+
+
+# ---- real multi-rank traces --------------------------------------------------------------
+
+@pytest.mark.parametrize("folder", [
+    FIXTURES / "hta-gpu" / "two-rank",
+    *sorted((FIXTURES / "real-traces").glob("tbplugin-micro-*"))], ids=lambda p: p.name)
+def test_real_multi_rank_traces(folder):
+    graphs = graphs_of(folder)
+    assert graphs
+    for graph in graphs:
+        path = critical_path(graph)
+        assert path.length_us == pytest.approx(replay(graph).makespan_us)
+        assert sum(path.split_us.values()) == pytest.approx(path.length_us, rel=1e-9)
+        pairs = {(e.src, e.dst) for e in graph.edges}
+        assert all((a, b) in pairs for a, b in zip(path.nodes, path.nodes[1:], strict=False))
+        assert len({n.rank for n in graph.nodes}) == len(list(folder.glob("*.json*")))
+
+
+def test_two_rank_nccl_collectives_are_matched_across_ranks():
+    """HTA's two-rank trace: every NCCL kernel of one rank has its partner on the other
+    (group and sequence number), so each transfer depends on the other rank's arrival."""
+    (graph,) = graphs_of(FIXTURES / "hta-gpu" / "two-rank")
+    transfers = [i for i, n in enumerate(graph.nodes) if n.kind == NodeKind.COMMUNICATION]
+    arrivals = {e.dst for e in graph.edges if e.kind == EdgeKind.ARRIVAL}
+    assert transfers and set(transfers) <= arrivals
