@@ -38,12 +38,16 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
     tables = [console.run_table(analysis, advice)]
     if options.per_step:
         tables.append(console.step_table(analysis))
+    paths = None
+    if critical_path:
+        from .critical_path import AnalyzedPaths
+
+        paths = AnalyzedPaths.of(analysis, options.keep_last_step)
+        advice = paths.told(advice)
     document = to_json_document(analysis, advice)
     sections = console.findings_section(advice)
-    if critical_path:
-        from .critical_path import add_critical_paths
-
-        add_critical_paths(analysis, options.keep_last_step, document, tables, sections)
+    if paths is not None:
+        paths.add_to(document, tables, sections)
     errors = [error.error for error in analysis.errors]
     if not errors and analysis.unfinished and not analysis.runs:
         errors.append("no run finished recording")

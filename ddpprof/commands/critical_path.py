@@ -5,6 +5,7 @@ edits (``ddpprof.graph``). ``analyze --critical-path`` adds the same section to 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -14,10 +15,13 @@ from ..analysis import AnalysisOptions, analyze_paths
 from ..analysis.results import Analysis
 from ..atomic import check_output, is_stdout, json_text, write_text
 from ..errors import UsageError
+from ..findings import Finding
+from ..graph.advice import with_critical_path
 from ..graph.model import StepGraph
 from ..graph.summary import CriticalPathDocument, StepPath, run_paths
 from ..graph.whatif import Edit, parse_edit
 from ..report.output import Output, Outputs, Section
+from ..report.table import Table
 from ..trace.storage import location_of, report_name
 
 
@@ -84,14 +88,30 @@ def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[s
                   title="ddpprof critical-path", errors=errors, exit_code=2 if errors else 0)
 
 
-def add_critical_paths(analysis: Analysis, keep_last_step: bool, document: dict,
-                       tables: list, sections: list[Section]) -> None:
-    """``analyze --critical-path``: the section ``critical_path`` of the JSON document (this
-    command's steps), its table after analyze's, its summary before the findings."""
-    from ..report import critical_path as report
 
-    steps, _, notes = critical_paths(analysis, keep_last_step, [])
-    document["critical_path"] = {"steps": msgspec.to_builtins(steps), "notes": notes}
-    if steps:
-        tables.append(report.tables(steps)[0])
-        sections.insert(0, Section("Critical path", report.summary_lines(steps) + notes))
+@dataclass(frozen=True)
+class AnalyzedPaths:
+    """``analyze --critical-path``: the steps' paths, the findings told of them, the section
+    ``critical_path`` of the JSON document, the table after analyze's and the summary before
+    the findings."""
+
+    steps: list[StepPath]
+    notes: list[str]
+
+    @classmethod
+    def of(cls, analysis: Analysis, keep_last_step: bool) -> AnalyzedPaths:
+        steps, _, notes = critical_paths(analysis, keep_last_step, [])
+        return cls(steps, notes)
+
+    def told(self, findings: list[Finding]) -> list[Finding]:
+        return with_critical_path(findings, self.steps)
+
+    def add_to(self, document: dict, tables: list[Table], sections: list[Section]) -> None:
+        from ..report import critical_path as report
+
+        document["critical_path"] = {"steps": msgspec.to_builtins(self.steps),
+                                     "notes": self.notes}
+        if self.steps:
+            tables.append(report.tables(self.steps)[0])
+            sections.insert(0, Section("Critical path",
+                                       report.summary_lines(self.steps) + self.notes))
