@@ -208,3 +208,61 @@ def test_two_rank_nccl_collectives_are_matched_across_ranks():
     transfers = [i for i, n in enumerate(graph.nodes) if n.kind == NodeKind.COMMUNICATION]
     arrivals = {e.dst for e in graph.edges if e.kind == EdgeKind.ARRIVAL}
     assert transfers and set(transfers) <= arrivals
+
+
+# ---- the commands ------------------------------------------------------------------------
+
+def test_critical_path_command_json_graph_and_page(ddpprof_cli, tmp_path):
+    import json
+
+    folder = FIXTURES / "critical-path" / "cpu-two-rank"
+    result = ddpprof_cli("critical-path", str(folder), "--json", "-", "--faster", "gemm=20",
+                         "--faster-network", "40", "--graph-json", str(tmp_path / "g.json"),
+                         "--html-out", str(tmp_path / "page.html"))
+    assert result.returncode == 0, result.stderr
+    (step,) = json.loads(result.stdout)["steps"]
+    assert step["step_us"] == pytest.approx(100)
+    assert {(r["category"], r["rank"]): r["us"] for r in step["split"]} == pytest.approx(
+        {(COMPUTE, 1): 45, (WAITING, 1): 18, (COMMUNICATION, 0): 15, (HOST, 0): 9,
+         (COMPUTE, 0): 13})
+    assert [(w["edit"], round(w["step_us"], 6)) for w in step["what_if"]] == [
+        ("gemm 20% faster", 88), ("network 40% faster", 94)]
+    assert step["work"][0] == {"rank": 1, "category": COMPUTE, "name": "aten::mm", "us": 45.0,
+                               "pct": 45.0}
+    graphs = json.loads((tmp_path / "g.json").read_text())["runs"]["cpu-two-rank"]
+    assert msgspec.convert(graphs[0], StepGraph) == graphs_of(folder)[0]
+    assert "plotly" in (tmp_path / "page.html").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--faster", "gemm"], "--faster 'gemm': expected NAME=NUMBER"),
+    (["--faster", "tensor=20"], "the class is one of gemm, compute"),
+    (["--faster-network", "100"], "the percentage must be in [0, 100)"),
+    (["--rank-delay", "x=5"], "RANK must be a rank number"),
+])
+def test_bad_edits_are_one_line_and_exit_2(ddpprof_cli, args, message):
+    result = ddpprof_cli("critical-path", str(FIXTURES / "critical-path" / "cpu-two-rank"),
+                         *args)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("ddpprof: error: --") and message in line
+
+
+def test_analyze_critical_path_section_and_findings(ddpprof_cli):
+    import json
+
+    result = ddpprof_cli("analyze", str(FIXTURES / "critical-path" / "gpu-two-rank"),
+                         "--critical-path", "--json", "-")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    (step,) = document["critical_path"]["steps"]
+    assert sum(r["us"] for r in step["split"]) == pytest.approx(step["step_us"], rel=0.01)
+    assert {(r["category"], r["rank"]): r["us"] for r in step["split"]} == pytest.approx(
+        {(IDLE, 1): 10, (HOST, 1): 5, (COMPUTE, 1): 35, (WAITING, 1): 10,
+         (COMMUNICATION, 0): 20, (HOST, 0): 20})
+    messages = {f["code"]: f["message"] for f in document["findings"]}
+    assert messages["no_overlap"].endswith(
+        "On the critical path of ProfilerStep#1, communication is 20.0% of the step, longest "
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL on rank 0 (20.0%).")
+    assert "waiting for rank 1 is 10.0% of the step, longest sm90_xmma_gemm_f32 on rank 1" \
+        in messages["straggler"]
