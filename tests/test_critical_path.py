@@ -21,6 +21,7 @@ from ddpprof.graph.path import (
     WAITING,
     critical_path,
     replay,
+    step_length_us,
 )
 from ddpprof.graph.whatif import Edit, edited_step_us
 from ddpprof.trace.loader import load
@@ -60,9 +61,9 @@ def test_cpu_gloo_two_ranks_hand_computed():
     assert split_of(path) == {(COMPUTE, 1): 45, (WAITING, 1): 18, (COMMUNICATION, 0): 15,
                               (HOST, 0): 9, (COMPUTE, 0): 13}
     names = [graph.nodes[n].name for n in path.nodes]
-    assert names == ["aten::mm", "c10d::allreduce_", "gloo:all_reduce", "gloo:all_reduce",
-                     "ddpprof::wait", "aten::add_", "step end"]
-    assert [graph.nodes[n].rank for n in path.nodes] == [1, 1, 1, 0, 0, 0, 0]
+    assert names == ["step start", "aten::mm", "c10d::allreduce_", "gloo:all_reduce",
+                     "gloo:all_reduce", "ddpprof::wait", "aten::add_", "step end"]
+    assert [graph.nodes[n].rank for n in path.nodes] == [1, 1, 1, 1, 0, 0, 0, 0]
     # rank 0's mm (0-40) could end 23 µs later before the step grew: it arrives at 45 and the
     # transfer waits for rank 1 until 63
     mm0 = next(i for i, n in enumerate(graph.nodes) if n.rank == 0 and n.name == "aten::mm")
@@ -77,11 +78,12 @@ def test_gpu_nccl_two_ranks_hand_computed():
 
     Both transfers start at 60 (rank 1 arrives last). Back from rank 0's step end: 80-100
     host (the host step outlives its device work), the transfer 60-80, then rank 1: GEMM 15-60,
-    the launch latency 12-15 and the launch 10-12 (host), and 0-10 idle before its first op.
-    Rank 0 sat in the all-reduce 50-60: 10 µs of rank 1's GEMM are waiting for rank 1."""
+    the launch latency 12-15, the launch 10-12 and the 10 µs of its thread before it, from its
+    step start (host: untraced CPU time). Rank 0 sat in the all-reduce 50-60: 10 µs of rank
+    1's GEMM are waiting for rank 1."""
     (graph,) = graphs_of(FIXTURES / "critical-path" / "gpu-two-rank")
     path = critical_path(graph)
-    assert split_of(path) == {(IDLE, 1): 10, (HOST, 1): 5, (COMPUTE, 1): 35, (WAITING, 1): 10,
+    assert split_of(path) == {(HOST, 1): 15, (COMPUTE, 1): 35, (WAITING, 1): 10,
                               (COMMUNICATION, 0): 20, (HOST, 0): 20}
     kinds = {EdgeKind(e.kind) for e in graph.edges}
     assert {EdgeKind.LAUNCH, EdgeKind.ARRIVAL, EdgeKind.PROGRAM, EdgeKind.STEP} <= kinds
@@ -129,6 +131,41 @@ def test_hand_built_graph_with_a_known_path():
     assert split_of(path) == {(COMPUTE, 0): 5, (COMMUNICATION, 0): 5, (COMPUTE, 1): 15}
 
 
+def test_the_step_is_the_home_ranks_own_step():
+    """Rank 0 starts its step at 0, rank 1 at 30. Rank 0: x 0-10 then waits in a collective
+    that rank 1 joins at 50 (after y 30-50); both transfers 50-60; the steps end at 60. The
+    node that ends last is rank 0's step end (ties: lowest rank), so the step is rank 0's, 60
+    µs. If rank 1 ends last (its step end at 61), the step is rank 1's own, 31 µs: the part of
+    the path before rank 1 started (nothing here) is not counted."""
+    def graph(end_1: float) -> StepGraph:
+        nodes = [Node(0, "thread 1", NodeKind.STEP_START, "step start", 0, 0),
+                 Node(0, "thread 1", NodeKind.COMPUTE, "x", 0, 10),
+                 Node(0, "thread 2", NodeKind.ARRIVE, "ar", 10, 0),
+                 Node(0, "thread 2", NodeKind.COMMUNICATION, "ar", 50, 10),
+                 Node(0, "thread 1", NodeKind.STEP_END, "step end", 60, 0),
+                 Node(1, "thread 1", NodeKind.STEP_START, "step start", 30, 0),
+                 Node(1, "thread 1", NodeKind.COMPUTE, "y", 30, 20),
+                 Node(1, "thread 2", NodeKind.ARRIVE, "ar", 50, 0),
+                 Node(1, "thread 2", NodeKind.COMMUNICATION, "ar", 50, 10),
+                 Node(1, "thread 1", NodeKind.STEP_END, "step end", end_1, 0)]
+        edges = [(0, 1, EdgeKind.PROGRAM), (1, 2, EdgeKind.ISSUE), (2, 3, EdgeKind.PROGRAM),
+                 (7, 3, EdgeKind.ARRIVAL), (3, 4, EdgeKind.STEP), (5, 6, EdgeKind.PROGRAM),
+                 (6, 7, EdgeKind.ISSUE), (7, 8, EdgeKind.PROGRAM), (2, 8, EdgeKind.ARRIVAL),
+                 (8, 9, EdgeKind.STEP)]
+        return recorded_graph("s", 0.0, nodes, edges)
+
+    path = critical_path(graph(60))
+    assert (path.home_rank, path.length_us) == (0, 60)
+    # the path: rank 1's late start (0-30: its first node is its step start, and rank 1 is not
+    # the home rank, so this is waiting for rank 1), y 30-50 (waiting for rank 1 too: rank 0
+    # sat in the collective 10-50), the transfer 50-60
+    assert split_of(path) == {(WAITING, 1): 50, (COMMUNICATION, 0): 10}
+    path = critical_path(graph(61))
+    assert (path.home_rank, path.length_us) == (1, 31)
+    assert split_of(path) == {(COMPUTE, 1): 20, (COMMUNICATION, 1): 10, (HOST, 1): 1}
+    assert edited_step_us(graph(61), [Edit("rank-delay", "1", 5)]) == pytest.approx(31)
+
+
 # ---- invariants --------------------------------------------------------------------------
 
 @st.composite
@@ -139,7 +176,7 @@ def random_graphs(draw) -> StepGraph:
     for _ in range(n):
         rank = draw(st.integers(0, 2))
         lane = draw(st.sampled_from(["thread 1", "thread 2", "stream 7"]))
-        kind = draw(st.sampled_from(list(NodeKind)))
+        kind = draw(st.sampled_from([k for k in NodeKind if k != NodeKind.STEP_START]))
         start = draw(st.floats(0, 100, allow_nan=False))
         duration = 0.0 if kind in (NodeKind.ARRIVE, NodeKind.WAIT, NodeKind.STEP_END) else \
             draw(st.floats(0, 50, allow_nan=False))
@@ -194,7 +231,11 @@ def test_real_multi_rank_traces(folder):
     assert graphs
     for graph in graphs:
         path = critical_path(graph)
-        assert path.length_us == pytest.approx(replay(graph).makespan_us)
+        assert path.length_us == pytest.approx(step_length_us(graph, replay(graph)))
+        # the home rank's own step, or longer where device work outlives it
+        start, end = (next(n for n in graph.nodes if n.rank == path.home_rank and n.kind == k)
+                      for k in (NodeKind.STEP_START, NodeKind.STEP_END))
+        assert path.length_us >= end.start_us - start.start_us - 1e-6
         assert sum(path.split_us.values()) == pytest.approx(path.length_us, rel=1e-9)
         pairs = {(e.src, e.dst) for e in graph.edges}
         assert all((a, b) in pairs for a, b in zip(path.nodes, path.nodes[1:], strict=False))
@@ -258,11 +299,34 @@ def test_analyze_critical_path_section_and_findings(ddpprof_cli):
     (step,) = document["critical_path"]["steps"]
     assert sum(r["us"] for r in step["split"]) == pytest.approx(step["step_us"], rel=0.01)
     assert {(r["category"], r["rank"]): r["us"] for r in step["split"]} == pytest.approx(
-        {(IDLE, 1): 10, (HOST, 1): 5, (COMPUTE, 1): 35, (WAITING, 1): 10,
-         (COMMUNICATION, 0): 20, (HOST, 0): 20})
+        {(HOST, 1): 15, (COMPUTE, 1): 35, (WAITING, 1): 10, (COMMUNICATION, 0): 20,
+         (HOST, 0): 20})
     messages = {f["code"]: f["message"] for f in document["findings"]}
     assert messages["no_overlap"].endswith(
         "On the critical path of ProfilerStep#1, communication is 20.0% of the step, longest "
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL on rank 0 (20.0%).")
     assert "waiting for rank 1 is 10.0% of the step, longest sm90_xmma_gemm_f32 on rank 1" \
         in messages["straggler"]
+
+
+def test_an_untraced_wait_ends_when_its_collective_does():
+    """Both ranks: mm 0-300, c10d 300-320, gloo 330-700 (thread 2), then nothing traced until
+    add_ 720-900, 20 µs after the collective ended: the thread was blocked (as in DDP's
+    reducer). Path from rank 0's step end: 100 host, add_ 180, 20 host (completion), the
+    transfer 370, 10 host (issue), c10d 20, mm 300. With the network 50% faster the transfer
+    is 185 µs, add_ runs 535-715 and the step ends at 815."""
+    (graph,) = graphs_of(FIXTURES / "critical-path" / "cpu-untraced-wait")
+    path = critical_path(graph)
+    assert split_of(path) == {(COMPUTE, 0): 480, (COMMUNICATION, 0): 370, (HOST, 0): 150}
+    assert edited_step_us(graph, [Edit("faster-network", "", 50)]) == pytest.approx(815)
+
+
+def test_a_c10d_op_that_blocks_until_its_collective_ended_is_a_wait():
+    """Both ranks: mm 0-300, c10d::allreduce_ 300-710 holding the whole gloo all-reduce
+    310-700, add_ 720-900. The op is an issue 300-310 and a wait that returns at 710: path
+    100 host, add_ 180, 10 + 10 host, the transfer 390, the issue 10, mm 300. With the network
+    50% faster: the transfer ends at 505, the wait at 515, add_ at 705, the step at 805."""
+    (graph,) = graphs_of(FIXTURES / "critical-path" / "cpu-blocking-issue")
+    path = critical_path(graph)
+    assert split_of(path) == {(COMPUTE, 0): 480, (COMMUNICATION, 0): 390, (HOST, 0): 130}
+    assert edited_step_us(graph, [Edit("faster-network", "", 50)]) == pytest.approx(805)

@@ -16,10 +16,18 @@ traces. Pure: no I/O. What becomes a node and an edge is defined in ``docs/criti
 * **Issue and completion**: the k-th ``c10d::`` collective op of a rank issues its k-th
   backend span on the backend's thread (where the counts agree, as ``classify`` pairs them);
   a blocking wait (``classify.BLOCKING_WAIT``) returns when the collective it waited for ended:
-  the last one of its rank that ended during the wait. Such a wait becomes a zero-length node
-  at its return, so that a replay in which the collective ends sooner ends the wait sooner.
-* **Step end**: a zero-length node per rank at its ProfilerStep's end, after every lane's
-  last node.
+  the last one of its rank that ended during the wait. The piece of the wait in which that
+  collective ended (a wait may hold ops of its own) becomes a zero-length node at the piece's
+  end, so that a replay in which the collective ends sooner ends the wait sooner.
+* **Blocking issue**: a ``c10d::`` op that lasts until the collective it issued has ended
+  is an issue (up to the collective's start) followed by a wait at its end.
+* **Untraced waits**: a thread that blocks on a collective without a span saying so (the
+  DDP reducer's wait at the end of backward) shows a gap that ends when the collective does:
+  a gap longer than ``2 × COMPLETION_SLACK_US`` on a host thread whose next node starts at
+  most ``COMPLETION_SLACK_US`` after a collective of its rank ended inside the gap gets a
+  completion edge from that collective.
+* **Step start and end**: a zero-length node per rank at its ProfilerStep's start, before
+  every lane's first node, and one at its end, after every lane's last node.
 """
 
 from __future__ import annotations
@@ -117,6 +125,7 @@ class _Part:
     edges: list[tuple[int, int, EdgeKind]] = field(default_factory=list)
     first: dict[int, int] = field(default_factory=dict)    # event -> its first node
     last: dict[int, int] = field(default_factory=dict)     # event -> its last node
+    pieces: dict[int, list[int]] = field(default_factory=dict)  # event -> its nodes
     arrive: dict[int, int] = field(default_factory=dict)   # collective event -> arrive node
     transfer: dict[int, int] = field(default_factory=dict)  # collective event -> transfer
     collectives: list[int] = field(default_factory=list)   # collective events, by start
@@ -164,6 +173,8 @@ def _segments(start: np.ndarray, end: np.ndarray, lo: float, hi: float
 def _rank_part(p: _Prepared, rank: int, lo: float, hi: float, step_thread: int) -> _Part:
     trace, part = p.trace, _Part(rank)
     s, e = trace.start_us, trace.end_us
+    step_lane = f"thread {trace.threads[step_thread][1]}"
+    part.add(Node(rank, step_lane, NodeKind.STEP_START, "step start", lo, 0.0))
     inside = (s < hi) & (e > lo)
     for thread in np.unique(trace.thread_id[p.host & inside]).tolist():
         events = np.flatnonzero(p.host & inside & (trace.thread_id == thread))
@@ -191,12 +202,14 @@ def _rank_part(p: _Prepared, rank: int, lo: float, hi: float, step_thread: int) 
                 part.transfer.setdefault(i, node)
             part.first.setdefault(i, node)
             part.last[i] = node
+            part.pieces.setdefault(i, []).append(node)
             if previous is not None:
                 part.edges.append((previous, node, EdgeKind.PROGRAM))
             previous = node
     _device_lanes(p, part, lo, hi)
     _issue_and_complete(p, part)
-    _step_end(p, part, hi, step_thread)
+    _untraced_waits(part)
+    _step_ends(part, hi, step_lane)
     return part
 
 
@@ -238,6 +251,7 @@ def _issue_and_complete(p: _Prepared, part: _Part) -> None:
     trace = p.trace
     for span, op in p.issued_by.items():
         if span in part.arrive and op in part.last:
+            _split_blocking_issue(part, part.last[op], part.transfer[span])
             part.edges.append((part.last[op], part.arrive[span], EdgeKind.ISSUE))
     done = [(part.nodes[part.last[i]].end_us, part.last[i]) for i in part.collectives]
     for wait in np.flatnonzero(p.waits).tolist():
@@ -247,21 +261,65 @@ def _issue_and_complete(p: _Prepared, part: _Part) -> None:
         awaited = [d for d in done if start < d[0] <= end + COMPLETION_SLACK_US]
         if not awaited:
             continue
-        node = part.last[wait]
+        ended, collective = max(awaited)
+        # the piece of the wait (between its children) in which the collective ended
+        blocked = [k for k in part.pieces[wait] if part.nodes[k].start_us <= ended
+                   <= part.nodes[k].end_us + COMPLETION_SLACK_US]
+        node = blocked[0] if blocked else part.last[wait]
         old = part.nodes[node]
         part.nodes[node] = Node(old.rank, old.lane, NodeKind.WAIT, old.name, old.end_us, 0.0)
-        part.edges.append((max(awaited)[1], node, EdgeKind.COMPLETE))
+        part.edges.append((collective, node, EdgeKind.COMPLETE))
 
 
-def _step_end(p: _Prepared, part: _Part, hi: float, step_thread: int) -> None:
-    lane = f"thread {p.trace.threads[step_thread][1]}"
+def _split_blocking_issue(part: _Part, issue: int, transfer: int) -> None:
+    """A ``c10d::`` op that lasts until the collective it issued has ended (gloo can block the
+    caller) is two nodes: the issue, up to the collective's start, and a wait at its end."""
+    op, collective = part.nodes[issue], part.nodes[transfer]
+    if not (op.start_us <= collective.start_us and op.end_us >= collective.end_us
+            and op.duration_us > 2 * COMPLETION_SLACK_US):
+        return
+    part.nodes[issue] = Node(op.rank, op.lane, op.kind, op.name, op.start_us,
+                             collective.start_us - op.start_us)
+    wait = part.add(Node(op.rank, op.lane, NodeKind.WAIT, op.name, op.end_us, 0.0))
+    part.edges[:] = [(wait if u == issue and kind == EdgeKind.PROGRAM else u, v, kind)
+                     for u, v, kind in part.edges]
+    part.edges += [(issue, wait, EdgeKind.PROGRAM), (transfer, wait, EdgeKind.COMPLETE)]
+
+
+def _untraced_waits(part: _Part) -> None:
+    done = [(part.nodes[part.transfer[i]].end_us, part.transfer[i]) for i in part.collectives
+            if i in part.transfer]
+    if not done:
+        return
+    waited = {v for _, v, kind in part.edges if kind == EdgeKind.COMPLETE}
+    for u, v, kind in list(part.edges):
+        before, after = part.nodes[u], part.nodes[v]
+        if (kind != EdgeKind.PROGRAM or v in waited or not after.lane.startswith("thread")
+                or after.kind in (NodeKind.ARRIVE, NodeKind.COMMUNICATION)
+                or after.start_us - before.end_us <= 2 * COMPLETION_SLACK_US):
+            continue
+        ended = [d for d in done if before.end_us < d[0] <= after.start_us
+                 and after.start_us - d[0] <= COMPLETION_SLACK_US]
+        if ended:
+            part.edges.append((max(ended)[1], v, EdgeKind.COMPLETE))
+
+
+def _step_ends(part: _Part, hi: float, lane: str) -> None:
+    """Edges from the step start (node 0) to every lane's first node, and from every lane's
+    last node to a step end node."""
+    firsts: dict[str, int] = {}
     lasts: dict[str, int] = {}
-    for k, node in enumerate(part.nodes):
-        lasts[node.lane] = k
+    in_time = sorted(range(1, len(part.nodes)), key=lambda k: (part.nodes[k].start_us, k))
+    for k in in_time:
+        firsts.setdefault(part.nodes[k].lane, k)
+        lasts[part.nodes[k].lane] = k
+    for lane_name, k in firsts.items():
+        part.edges.append((0, k, EdgeKind.PROGRAM if lane_name == lane else EdgeKind.STEP))
     end = part.add(Node(part.rank, lane, NodeKind.STEP_END, "step end", hi, 0.0))
+    if not lasts:
+        part.edges.append((0, end, EdgeKind.PROGRAM))
     for lane_name, k in lasts.items():
-        kind = EdgeKind.PROGRAM if lane_name == lane else EdgeKind.STEP
-        part.edges.append((k, end, kind))
+        part.edges.append((k, end, EdgeKind.PROGRAM if lane_name == lane else EdgeKind.STEP))
 
 
 def step_graphs(traces: dict[int, RankTrace], keep_last_step: bool = False,

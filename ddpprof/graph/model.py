@@ -31,6 +31,7 @@ class NodeKind(StrEnum):
     HOST = "host"                    # host work that is not compute: launches, issuing, API
     ARRIVE = "arrive"                # zero-length: this rank joined a collective
     WAIT = "wait"                    # zero-length: a blocking wait returned
+    STEP_START = "step_start"        # zero-length: the rank's ProfilerStep started
     STEP_END = "step_end"            # zero-length: the rank's ProfilerStep ended
 
 
@@ -40,7 +41,7 @@ class EdgeKind(StrEnum):
     ISSUE = "issue"                  # a c10d op -> the backend's work on its own thread
     COMPLETE = "complete"            # the awaited collective -> the wait that returned
     ARRIVAL = "arrival"              # a member joined -> the collective's transfer, any rank
-    STEP = "step"                    # the last work of a lane -> the rank's step end
+    STEP = "step"                    # step start -> a lane's first work; its last -> step end
 
 
 class Node(msgspec.Struct, frozen=True):

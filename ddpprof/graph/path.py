@@ -6,21 +6,27 @@ what it is. Pure functions of ``ddpprof.graph.model`` graphs; definitions in
   end(src e) + gap e)`` and ``end(n) = start(n) + duration(n)``. The *makespan* is the latest
   end minus the graph's origin. Replaying a recorded graph unchanged gives back its recorded
   times (``model.recorded_graph``).
+* **Step length**: from the start of the *home* rank's step (its ``step_start`` node; the
+  graph's origin when it has none) to the latest end of any node, the home rank being the
+  rank of the node that ends last (of equal ends: a step end, then the lowest rank). It is
+  the home rank's ProfilerStep, up to device work that outlives it.
 * **Critical path**: from the node that ends last, repeatedly the *binding* in-edge (the one
   whose ``end(src) + gap`` equals the node's start; of several, the latest-ending source on
   the same rank, then on the same lane), until a node started at its release. The path is a
-  chain of dependent nodes; its **length** is the makespan.
+  chain of dependent nodes; its **length** is the step length (the part of the chain before
+  the home rank's step started is cut off).
 * **Slack** of a node: how much later it could end without making the step longer,
   ``latest_end − end`` with ``latest_end(n) = min over edges n -> m of latest_start(m) − gap``
   (the makespan's end for a node nothing depends on). Nodes on the critical path have none.
 * **Split**: the path's length, walked back from its end, attributed piece by piece, each to
   the rank it ran on: a node's time by its kind (compute, communication, host), the gap
   before it by the edge it came through (a gap on a host thread, a launch, an issue or a
-  completion is host time; on a stream, or before the first node, idle). Where the path
+  completion is host time; on a stream, idle; before the step of the path's first rank
+  started, when that rank is not the home rank, waiting for that rank). Where the path
   enters rank r's collective from rank r''s arrival, the ``w`` µs that r sat in the
   collective before r' arrived (``metrics.waits``' wait) are relabelled: the last ``w`` µs
   of path before the hop, unless communication, are *waiting for rank r'*. The pieces tile
-  ``[origin, origin + length]``, so the split sums to the length exactly.
+  the step, so the split sums to the step length exactly.
 """
 
 from __future__ import annotations
@@ -99,9 +105,27 @@ class CriticalPath:
         return sum(us for (c, _), us in self.split_us.items() if c == category)
 
 
+def step_end(graph: StepGraph, s: Schedule) -> tuple[int, float]:
+    """The node that ends the step and the start of its rank's step (see the module)."""
+    nodes = graph.nodes
+    sink = max(range(len(nodes)), key=lambda i: (
+        s.end_us[i], nodes[i].kind == NodeKind.STEP_END, -nodes[i].rank))
+    starts = [i for i, n in enumerate(nodes)
+              if n.kind == NodeKind.STEP_START and n.rank == nodes[sink].rank]
+    return sink, float(s.start_us[starts[0]]) if starts else graph.origin_us
+
+
+def step_length_us(graph: StepGraph, s: Schedule) -> float:
+    if not graph.nodes:
+        return 0.0
+    sink, home_start = step_end(graph, s)
+    return float(s.end_us[sink]) - home_start
+
+
 _NODE_CATEGORY = {NodeKind.COMPUTE: COMPUTE, NodeKind.COMMUNICATION: COMMUNICATION,
                   NodeKind.HOST: HOST, NodeKind.ARRIVE: COMMUNICATION,
-                  NodeKind.WAIT: HOST, NodeKind.STEP_END: HOST}
+                  NodeKind.WAIT: HOST, NodeKind.STEP_END: HOST,
+                  NodeKind.STEP_START: HOST}
 
 
 def _gap_category(kind: EdgeKind, lane: str) -> str:
@@ -120,9 +144,7 @@ def critical_path(graph: StepGraph, columns: GraphColumns | None = None,
     if not graph.nodes:
         return CriticalPath(graph.step, 0.0, -1, [], [], np.empty(0))
     nodes = graph.nodes
-    # the sink: the latest end; of equal ends, a rank's step end, then the lowest rank
-    sink = max(range(len(nodes)), key=lambda i: (
-        s.end_us[i], nodes[i].kind == NodeKind.STEP_END, -nodes[i].rank))
+    sink, home_start = step_end(graph, s)
     # (node, the edge into it from the node before it on the path), walked back from the end
     chain: list[tuple[int, int | None]] = []
     node: int | None = sink
@@ -139,12 +161,12 @@ def critical_path(graph: StepGraph, columns: GraphColumns | None = None,
                                         nodes[int(c.src[k])].lane == nodes[node].lane))
         chain[-1] = (node, k)
         node = int(c.src[k])
-    pieces = _waiting(graph, c, s, chain, _pieces(graph, c, s, chain))
+    pieces = _waiting(graph, c, s, chain, _pieces(graph, s, chain, home_start))
     split: dict[tuple[str, int], float] = {}
     for piece in pieces:
         key = (piece.category, piece.rank)
         split[key] = split.get(key, 0.0) + piece.duration_us
-    return CriticalPath(graph.step, s.makespan_us, nodes[sink].rank,
+    return CriticalPath(graph.step, float(s.end_us[sink]) - home_start, nodes[sink].rank,
                         [n for n, _ in reversed(chain)], pieces, slack(c, s), split)
 
 
@@ -182,23 +204,26 @@ def _waiting(graph: StepGraph, c: GraphColumns, s: Schedule, chain: list[tuple[i
     return pieces
 
 
-def _pieces(graph: StepGraph, c: GraphColumns, s: Schedule,
-            chain: list[tuple[int, int | None]]) -> list[PathPiece]:
+def _pieces(graph: StepGraph, s: Schedule, chain: list[tuple[int, int | None]],
+            home_start: float) -> list[PathPiece]:
     """Walk the chain back from its end with a boundary ``t``: each node covers
     ``[start, t]`` (clipped at ``t`` where the recorded times overlap), the gap before it
-    ``[end of the node before, start]``; whatever remains before the first node is idle."""
+    ``[end of the node before, start]``; all clipped at ``home_start``, and whatever remains
+    between it and the first node is idle."""
     origin = graph.origin_us
     t = float(s.end_us[chain[0][0]])
     pieces: list[PathPiece] = []
     for position, (node, edge) in enumerate(chain):
+        if t <= home_start:
+            break
         info = graph.nodes[node]
-        begin = min(float(s.start_us[node]), t)
+        begin = max(min(float(s.start_us[node]), t), home_start)
         pieces.append(PathPiece(_NODE_CATEGORY[info.kind], info.rank, info.lane, info.name,
                                 begin - origin, t - begin, node))
         t = begin
         if edge is None:
             continue
-        before = float(s.end_us[chain[position + 1][0]])
+        before = max(float(s.end_us[chain[position + 1][0]]), home_start)
         if before < t:
             kind = EdgeKind(graph.edges[edge].kind)
             pieces.append(PathPiece(_gap_category(kind, info.lane), info.rank, info.lane,
@@ -206,9 +231,13 @@ def _pieces(graph: StepGraph, c: GraphColumns, s: Schedule,
                                     t - before, node))
             t = before
     first = graph.nodes[chain[-1][0]]
-    if t > origin:
-        pieces.append(PathPiece(IDLE, first.rank, first.lane, "before the first work",
-                                0.0, t - origin, chain[-1][0]))
+    if t > home_start:
+        # the path starts on a rank that began its step after the home rank did: the home
+        # rank's step was held by that rank's lateness
+        home = graph.nodes[chain[0][0]].rank
+        pieces.append(PathPiece(IDLE if first.rank == home else WAITING, first.rank,
+                                first.lane, "before its step started", home_start - origin,
+                                t - home_start, chain[-1][0]))
     return [p for p in reversed(pieces) if p.duration_us > 0 or p.node == chain[0][0]]
 
 

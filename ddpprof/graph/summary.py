@@ -93,7 +93,7 @@ def summarize(run: str, graph: StepGraph, path: CriticalPath,
                  CATEGORIES.index(kv[0][0]), kv[0][1])) if us > 0]
     by_name: dict[tuple[int, str, str], float] = {}
     for piece in path.pieces:
-        if piece.name.startswith("gap before") or piece.name == "before the first work":
+        if piece.name.startswith("gap before") or piece.name == "before its step started":
             continue
         key = (piece.rank, piece.category, piece.name)
         by_name[key] = by_name.get(key, 0.0) + piece.duration_us

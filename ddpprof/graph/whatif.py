@@ -7,7 +7,8 @@ faster or a rank delayed, and the step time that results. Pure; definitions in
   (``duration × (1 − PCT/100)``).
 * ``--faster-network PCT``: every collective's transfer takes ``PCT`` % less time.
 * ``--rank-delay RANK=US``: the rank starts its step ``US`` µs later (negative: sooner, but
-  never before the earliest rank's start).
+  never before the earliest rank's start). The step length is measured from the home rank's
+  replayed start, so a delayed rank that ends the step counts from its own later start.
 
 Gaps (untraced CPU time, launch latency, idle) are kept as recorded; waits are not (they are
 re-derived from when the awaited collectives end), which is what makes a faster collective or
@@ -23,7 +24,7 @@ import numpy as np
 from ..errors import UsageError
 from ..trace.classify import WORK_CLASSES
 from .model import NodeKind, StepGraph
-from .path import replay
+from .path import replay, step_length_us
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ def parse_edit(option: str, text: str) -> Edit:
 
 
 def edited_step_us(graph: StepGraph, edits: list[Edit]) -> float:
-    """The makespan of ``graph`` replayed with all of ``edits`` applied together."""
+    """The step length (``path.step_length_us``) of ``graph`` replayed with all of ``edits``
+    applied together."""
     c = graph.columns()
     duration, release = c.duration.copy(), c.release.copy()
     kind = np.array([node.kind for node in graph.nodes], dtype=object)
@@ -83,4 +85,4 @@ def edited_step_us(graph: StepGraph, edits: list[Edit]) -> float:
         else:
             picked = (rank == int(edit.target)) & ~np.isnan(release)
             release[picked] = np.maximum(release[picked] + edit.amount, graph.origin_us)
-    return replay(graph, c, duration_us=duration, release_us=release).makespan_us
+    return step_length_us(graph, replay(graph, c, duration_us=duration, release_us=release))
