@@ -17,7 +17,6 @@ from ddpprof.graph.path import (
     COMMUNICATION,
     COMPUTE,
     HOST,
-    IDLE,
     WAITING,
     critical_path,
     replay,
@@ -330,3 +329,37 @@ def test_a_c10d_op_that_blocks_until_its_collective_ended_is_a_wait():
     path = critical_path(graph)
     assert split_of(path) == {(COMPUTE, 0): 480, (COMMUNICATION, 0): 390, (HOST, 0): 130}
     assert edited_step_us(graph, [Edit("faster-network", "", 50)]) == pytest.approx(805)
+
+
+@pytest.mark.slow
+def test_recorded_variants(all_variants, ddpprof_cli, tmp_path):
+    """Every recorded variant (2 gloo ranks): the critical path covers the home rank's own
+    step (analyze's window for the one analyzed step) and its split sums to it within 1%; the
+    blocking variants have their exposed communication on the path (communication and
+    waiting for a rank: at least 90% of what analyze measures as exposed on that rank), the
+    one-process run none."""
+    import json
+
+    out, _ = all_variants
+    result = ddpprof_cli("analyze", str(out), "--critical-path", "--json",
+                         str(tmp_path / "a.json"))
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "a.json").read_text())
+    runs = {run["run"]: run for run in document["runs"]}
+    steps = document["critical_path"]["steps"]
+    assert {step["run"] for step in steps} == set(runs)
+    for step in steps:
+        run = runs[step["run"]]
+        home = next(r for r in run["per_rank"] if r["rank"] == step["home_rank"])
+        assert step["step_us"] / 1e3 == pytest.approx(home["window_ms"] / run["steps"],
+                                                       rel=0.01)
+        assert sum(r["us"] for r in step["split"]) == pytest.approx(step["step_us"], rel=0.01)
+        on_path_ms = sum(r["us"] for r in step["split"] if r["category"] == COMMUNICATION) / 1e3
+        waiting_ms = sum(r["us"] for r in step["split"] if r["category"] == WAITING) / 1e3
+        if run["variant"] in ("simple_ddp", "simple_ddp_hook", "simple_ddp_ga"):
+            # the home rank's exposed communication is its transfers and its waits for a
+            # peer; on the path, the waits are the peer's work
+            assert on_path_ms + waiting_ms >= 0.9 * home["exposed_comm_ms_per_step"], \
+                step["run"]
+        if run["variant"] == "single":
+            assert on_path_ms == 0
