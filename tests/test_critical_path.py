@@ -288,11 +288,12 @@ def test_bad_edits_are_one_line_and_exit_2(ddpprof_cli, args, message):
     assert line.startswith("ddpprof: error: --") and message in line
 
 
-def test_analyze_critical_path_section_and_findings(ddpprof_cli):
+def test_analyze_critical_path_section_and_findings(ddpprof_cli, tmp_path):
     import json
 
     result = ddpprof_cli("analyze", str(FIXTURES / "critical-path" / "gpu-two-rank"),
-                         "--critical-path", "--json", "-")
+                         "--critical-path", "--json", "-", "--html-out",
+                         str(tmp_path / "report.html"))
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     (step,) = document["critical_path"]["steps"]
@@ -306,6 +307,8 @@ def test_analyze_critical_path_section_and_findings(ddpprof_cli):
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL on rank 0 (20.0%).")
     assert "waiting for rank 1 is 10.0% of the step, longest sm90_xmma_gemm_f32 on rank 1" \
         in messages["straggler"]
+    page = (tmp_path / "report.html").read_text()
+    assert "ProfilerStep#1: critical path over the ranks' timelines" in page
 
 
 def test_an_untraced_wait_ends_when_its_collective_does():

@@ -55,7 +55,8 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
     def page() -> str:
         from ..report.html import render_report
 
-        return render_report(analysis, f"ddpprof: {page_name}", advice)
+        return render_report(analysis, f"ddpprof: {page_name}", advice,
+                             paths.figures() if paths is not None else ())
 
     return Output(document, tables if analysis.runs else [],
                   sections, notes=console.note_lines(analysis),

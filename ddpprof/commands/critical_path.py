@@ -24,6 +24,9 @@ from ..report.output import Output, Outputs, Section
 from ..report.table import Table
 from ..trace.storage import location_of, report_name
 
+#: Steps drawn on a page: each figure carries every node of its step.
+MAX_FIGURES = 8
+
 
 def edits_of(faster: Sequence[str], faster_network: Sequence[str],
              rank_delay: Sequence[str]) -> list[list[Edit]]:
@@ -78,7 +81,7 @@ def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[s
         from ..report.pages import render_page
 
         figures = [report.path_figure(graph, step) for step, graph in zip(
-            steps, (g for found in graphs.values() for g in found), strict=True)][:8]
+            steps, (g for found in graphs.values() for g in found), strict=True)][:MAX_FIGURES]
         return render_page("ddpprof critical-path", report.summary_lines(steps),
                            report.tables(steps)[0], figures)
 
@@ -96,12 +99,19 @@ class AnalyzedPaths:
     the findings."""
 
     steps: list[StepPath]
+    graphs: dict[str, list[StepGraph]]
     notes: list[str]
 
     @classmethod
     def of(cls, analysis: Analysis, keep_last_step: bool) -> AnalyzedPaths:
-        steps, _, notes = critical_paths(analysis, keep_last_step, [])
-        return cls(steps, notes)
+        return cls(*critical_paths(analysis, keep_last_step, []))
+
+    def figures(self) -> list:
+        """Each run's first step drawn over its ranks' timelines (at most ``MAX_FIGURES``)."""
+        from ..report.critical_path import path_figure
+
+        return [path_figure(graphs[0], next(s for s in self.steps if s.run == run))
+                for run, graphs in self.graphs.items() if graphs][:MAX_FIGURES]
 
     def told(self, findings: list[Finding]) -> list[Finding]:
         return with_critical_path(findings, self.steps)
