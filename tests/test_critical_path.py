@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import trace_builders as tb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -366,3 +367,21 @@ def test_recorded_variants(all_variants, ddpprof_cli, tmp_path):
                 step["run"]
         if run["variant"] == "single":
             assert on_path_ms == 0
+
+
+def test_collectives_matched_against_program_order_are_a_note_not_a_crash(ddpprof_cli,
+                                                                          tmp_path):
+    """Rank 0 runs sequence 1 then 2 on its gloo thread, rank 1 runs 2 then 1: matched by
+    sequence number, each transfer waits for an arrival that comes after the other transfer
+    on the other rank, a cycle. The step has no critical path; the command says why (exit 2:
+    nothing could be analyzed)."""
+    for rank, order in ((0, (1, 2)), (1, (2, 1))):
+        tb.write_trace(tmp_path / "run" / f"rank{rank}.json", [
+            tb.step(1, 0, 100), tb.span("aten::mm", 0, 10),
+            *(tb.span("gloo:all_reduce", 20 + 30 * k, 40 + 30 * k, tid=2, Seq=seq,
+                   **{"Process Group Name": "0"}) for k, seq in enumerate(order))], rank=rank)
+    result = ddpprof_cli("critical-path", str(tmp_path / "run"))
+    assert result.returncode == 2
+    assert "ProfilerStep#1: no critical path: the dependencies make a cycle" in result.stderr
+    assert "no step of any run could be analyzed" in result.stderr
+    assert "Traceback" not in result.stderr
