@@ -385,3 +385,15 @@ def test_collectives_matched_against_program_order_are_a_note_not_a_crash(ddppro
     assert "ProfilerStep#1: no critical path: the dependencies make a cycle" in result.stderr
     assert "no step of any run could be analyzed" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--graph-json", "--json"])
+def test_an_output_onto_an_input_trace_is_refused(ddpprof_cli, tmp_path, option):
+    import shutil
+
+    run = shutil.copytree(FIXTURES / "critical-path" / "cpu-two-rank", tmp_path / "run")
+    before = (run / "rank0.json").read_bytes()
+    result = ddpprof_cli("critical-path", str(run), option, str(run / "rank0.json"))
+    assert result.returncode == 2
+    assert f"{option} {run / 'rank0.json'}: is a trace being analyzed" in result.stderr
+    assert (run / "rank0.json").read_bytes() == before

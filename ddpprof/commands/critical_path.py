@@ -13,7 +13,7 @@ import msgspec
 from .. import progress
 from ..analysis import AnalysisOptions, analyze_paths
 from ..analysis.results import Analysis
-from ..atomic import check_output, is_stdout, json_text, write_text
+from ..atomic import check_output, is_stdout, json_text, refuse_inputs, write_text
 from ..errors import UsageError
 from ..findings import Finding
 from ..graph.advice import with_critical_path
@@ -67,6 +67,11 @@ def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[s
     with progress.ranks(outputs.quiet) as (on_run, on_rank):
         analysis = analyze_paths(locations, AnalysisOptions(keep_last_step=keep_last_step),
                                  on_run=on_run, on_rank=on_rank)
+    inputs = [*(Path(r.path) for run in analysis.runs for r in run.ranks),
+              *(Path(run.folder) / "run.json" for run in analysis.runs)]
+    outputs.check(page_name, files=inputs, what="a trace being analyzed")
+    if graph_json is not None:
+        refuse_inputs({"--graph-json": graph_json}, files=inputs, what="a trace being analyzed")
     steps, graphs, notes = critical_paths(analysis, keep_last_step, edits)
     errors = [error.error for error in analysis.errors]
     if not errors and not steps:
