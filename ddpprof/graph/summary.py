@@ -4,11 +4,12 @@ what-if replays. Definitions in ``docs/critical-path.md``."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Sequence
 
 import msgspec
 
 from ..trace.events import RankTrace
+from ..trace.storage import Location
 from .build import step_graphs
 from .model import CycleError, StepGraph
 from .path import CATEGORIES, WAITING, CriticalPath, PathPiece, critical_path
@@ -85,7 +86,7 @@ class CriticalPathDocument(msgspec.Struct):
 
 
 def summarize(run: str, graph: StepGraph, path: CriticalPath,
-              edits: list[list[Edit]] = ()) -> StepPath:  # type: ignore[assignment]
+              edits: Sequence[list[Edit]] = ()) -> StepPath:
     length = path.length_us
     pct = (lambda us: 100.0 * us / length) if length > 0 else (lambda us: 0.0)
     split = [SplitRow(category, rank, us, pct(us))
@@ -125,13 +126,12 @@ def _segments(pieces: list[PathPiece]) -> list[Segment]:
     return segments
 
 
-def run_paths(run: str, rank_paths: dict[int, str | Path], keep_last_step: bool,
-              edits: list[list[Edit]], load=None) -> tuple[list[StepPath], list[StepGraph],
-                                                           list[str]]:
+def run_paths(run: str, rank_paths: dict[int, Location], keep_last_step: bool,
+              edits: Sequence[list[Edit]]) -> tuple[list[StepPath], list[StepGraph], list[str]]:
     """Every analyzed step of one run: its path summary and graph, and notes."""
-    from ..trace.loader import load as load_trace
+    from ..trace.loader import load
 
-    traces: dict[int, RankTrace] = {rank: (load or load_trace)(path)
+    traces: dict[int, RankTrace] = {rank: load(path)
                                      for rank, path in sorted(rank_paths.items())}
     graphs, notes = step_graphs(traces, keep_last_step)
     steps, kept = [], []
