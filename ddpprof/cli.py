@@ -96,6 +96,8 @@ def record(**kwargs: Any) -> None:
               show_default=True, help="hta: HolisticTraceAnalysis computes the GPU shares.")
 @click.option("--keep-last-step", is_flag=True,
               help="Analyze the last ProfilerStep too (HTA drops it by default).")
+@click.option("--critical-path", is_flag=True,
+              help="Also each step's critical path across ranks (see `ddpprof critical-path`).")
 @click.option("--jobs", type=o.POSITIVE_INT, help="Ranks analyzed in parallel.")
 @click.option("--scheduler", envvar="DDPPROF_SCHEDULER", metavar="ADDRESS",
               help="Analyze the ranks on this Dask cluster (tcp://host:8786) [env: "
@@ -110,6 +112,32 @@ def analyze(**kwargs: Any) -> None:
     --html writes reports/<name>.html, <name> being the folder's or file's name.
     """
     run("analyze", **kwargs)
+
+
+@cli.command("critical-path", epilog=exits(""))
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--keep-last-step", is_flag=True,
+              help="Analyze the last ProfilerStep too (HTA drops it by default).")
+@click.option("--faster", multiple=True, metavar="CLASS=PCT",
+              help="Also replay each step with the work of CLASS (gemm or compute) PCT % "
+                   "shorter, e.g. gemm=20. Repeatable: one replay each.")
+@click.option("--faster-network", multiple=True, metavar="PCT",
+              help="Also replay with every collective's transfer PCT % shorter. Repeatable.")
+@click.option("--rank-delay", multiple=True, metavar="RANK=US",
+              help="Also replay with RANK starting its step US µs later (negative: sooner). "
+                   "Repeatable.")
+@click.option("--graph-json", type=o.OUTPUT, metavar="FILE|-",
+              help="Write every step's dependency graph as JSON (- for standard output).")
+@o.outputs("the critical path of every step", html="<name>-critical-path", progress=True)
+def critical_path(**kwargs: Any) -> None:
+    """The chain of work across ranks that sets each step's length, and what it is made of:
+    compute on each rank, exposed communication, waiting for a rank, host time and idle.
+
+    PATH is what `ddpprof analyze` takes. Each step's dependency graph (ops in order per
+    thread and stream, launches, collectives across ranks) is replayed: the --faster,
+    --faster-network and --rank-delay options predict the step after that change.
+    """
+    run("critical_path", **kwargs)
 
 
 @cli.command(epilog=exits("a rule is broken (a regression)"))

@@ -18,7 +18,7 @@ from ..trace.storage import location_of, report_name
 
 def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels: Sequence[str],
             engine: str, keep_last_step: bool, jobs: int | None, scheduler: str | None,
-            outputs: Outputs) -> Output:
+            outputs: Outputs, critical_path: bool = False) -> Output:
     from ..trace.classify import validate_comm_patterns
 
     options = AnalysisOptions(
@@ -38,6 +38,16 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
     tables = [console.run_table(analysis, advice)]
     if options.per_step:
         tables.append(console.step_table(analysis))
+    paths = None
+    if critical_path:
+        from .critical_path import AnalyzedPaths
+
+        paths = AnalyzedPaths.of(analysis, options.keep_last_step)
+        advice = paths.told(advice)
+    document = to_json_document(analysis, advice)
+    sections = console.findings_section(advice)
+    if paths is not None:
+        paths.add_to(document, tables, sections)
     errors = [error.error for error in analysis.errors]
     if not errors and analysis.unfinished and not analysis.runs:
         errors.append("no run finished recording")
@@ -45,9 +55,10 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
     def page() -> str:
         from ..report.html import render_report
 
-        return render_report(analysis, f"ddpprof: {page_name}", advice)
+        return render_report(analysis, f"ddpprof: {page_name}", advice,
+                             paths.figures() if paths is not None else ())
 
-    return Output(to_json_document(analysis, advice), tables if analysis.runs else [],
-                  console.findings_section(advice), notes=console.note_lines(analysis),
+    return Output(document, tables if analysis.runs else [],
+                  sections, notes=console.note_lines(analysis),
                   page=page if analysis.runs else None, page_name=page_name,
                   title="ddpprof analyze", errors=errors, exit_code=2 if errors else 0)

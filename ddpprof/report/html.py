@@ -5,6 +5,7 @@ other commands are in ``pages``.)"""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -336,8 +337,10 @@ def _last_step_note(analysis: Analysis) -> str:
     return "; ".join(f"{run}: last ProfilerStep {value}" for run, value in notes.items())
 
 
-def render_report(analysis: Analysis, title: str, findings: list | None = None) -> str:
-    """The whole page as one string (the caller writes it); ``findings`` open the page."""
+def render_report(analysis: Analysis, title: str, findings: list | None = None,
+                  extra_figures: Sequence[go.Figure] = ()) -> str:
+    """The whole page as one string (the caller writes it); ``findings`` open the page;
+    ``extra_figures`` (``analyze --critical-path``'s) follow the others."""
     run_rows = [run_row(run) for run in analysis.runs]
     figures = [breakdown_figure(run_rows), overlap_figure(run_rows),
                collectives_figure(run_rows), bandwidth_figure(run_rows),
@@ -345,7 +348,7 @@ def render_report(analysis: Analysis, title: str, findings: list | None = None) 
     memory = memory_figure(analysis.runs)
     if memory is not None:
         figures.append(memory)
-    html_figures = [embed(fig) for fig in figures]
+    html_figures = [embed(fig) for fig in [*figures, *extra_figures]]
     html_timelines = [embed(timeline_figure(run)) for run in analysis.runs]
     buckets = bucket_tables(analysis)
     return template_environment(html=True).get_template("report.html.j2").render(

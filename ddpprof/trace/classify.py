@@ -119,6 +119,14 @@ BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
 #: same product's speed with and without a collective in flight): the position of the first
 #: factor among the inputs (``addmm``'s first input is the added bias).
 MATMUL_OPS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 1}
+#: Work classes that ``critical-path --faster CLASS=PCT`` speeds up: matrix products (host
+#: ops of :data:`MATMUL_OPS` and ``aten::matmul``/``aten::linear``, GEMM kernels of cuBLAS,
+#: CUTLASS and their xmma/wgmma generations), and any compute.
+WORK_CLASSES: dict[str, re.Pattern[str]] = {
+    "gemm": re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear)$|gemm|cutlass|xmma|"
+                       r"wgmma", re.IGNORECASE),
+    "compute": re.compile(r""),
+}
 #: Spans in which the training thread waits for communication and computes nothing: ddpprof's
 #: ``ddpprof::wait``, any other ``*wait*`` span, and FSDP2's collectives, which block the
 #: thread on gloo.

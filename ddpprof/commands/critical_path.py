@@ -1,0 +1,132 @@
+"""``ddpprof critical-path``: each analyzed step's dependency graph across ranks, the chain of
+work that sets its length and what that length is made of, and replays of the graph with
+edits (``ddpprof.graph``). ``analyze --critical-path`` adds the same section to analyze."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from .. import progress
+from ..analysis import AnalysisOptions, analyze_paths
+from ..analysis.results import Analysis
+from ..atomic import check_output, is_stdout, json_text, refuse_inputs, write_text
+from ..errors import UsageError
+from ..findings import Finding
+from ..graph.advice import with_critical_path
+from ..graph.model import StepGraph
+from ..graph.summary import CriticalPathDocument, StepPath, run_paths
+from ..graph.whatif import Edit, parse_edit
+from ..report.output import Output, Outputs, Section
+from ..report.table import Table
+from ..trace.storage import location_of, report_name
+
+#: Steps drawn on a page: each figure carries every node of its step.
+MAX_FIGURES = 8
+
+
+def edits_of(faster: Sequence[str], faster_network: Sequence[str],
+             rank_delay: Sequence[str]) -> list[list[Edit]]:
+    """One what-if per option given (each replayed alone)."""
+    return [[parse_edit(option, text)] for option, texts in (
+        ("faster", faster), ("faster-network", faster_network), ("rank-delay", rank_delay))
+        for text in texts]
+
+
+def critical_paths(analysis: Analysis, keep_last_step: bool, edits: list[list[Edit]]
+                   ) -> tuple[list[StepPath], dict[str, list[StepGraph]], list[str]]:
+    """The critical path of every analyzed step of every run of ``analysis``."""
+    steps: list[StepPath] = []
+    graphs: dict[str, list[StepGraph]] = {}
+    notes: list[str] = []
+    for run in analysis.runs:
+        ranks = {r.rank: location_of(r.path) for r in run.ranks}
+        found, graphs[run.name], run_notes = run_paths(run.name, ranks, keep_last_step, edits)
+        steps += found
+        notes += run_notes
+    return steps, graphs, notes
+
+
+def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[str],
+                  faster_network: Sequence[str], rank_delay: Sequence[str],
+                  graph_json: Path | None, outputs: Outputs) -> Output:
+    from ..report import critical_path as report
+
+    edits = edits_of(faster, faster_network, rank_delay)
+    locations = [location_of(path) for path in paths]
+    page_name = f"{report_name(locations[0])}-critical-path" if len(locations) == 1 else \
+        "critical-path"
+    if graph_json is not None:
+        check_output(graph_json, "--graph-json")
+        if is_stdout(graph_json) and outputs.to_stdout:
+            raise UsageError("only one output can be standard output (-)")
+    outputs.check(page_name)
+    with progress.ranks(outputs.quiet) as (on_run, on_rank):
+        analysis = analyze_paths(locations, AnalysisOptions(keep_last_step=keep_last_step),
+                                 on_run=on_run, on_rank=on_rank)
+    inputs = [*(Path(r.path) for run in analysis.runs for r in run.ranks),
+              *(Path(run.folder) / "run.json" for run in analysis.runs)]
+    outputs.check(page_name, files=inputs, what="a trace being analyzed")
+    if graph_json is not None:
+        refuse_inputs({"--graph-json": graph_json}, files=inputs, what="a trace being analyzed")
+    steps, graphs, notes = critical_paths(analysis, keep_last_step, edits)
+    errors = [error.error for error in analysis.errors]
+    if not errors and not steps:
+        errors.append("no step of any run could be analyzed")
+    if graph_json is not None:
+        write_text(graph_json, json_text({
+            "schema": "ddpprof.step-graphs", "version": 1,
+            "runs": {name: [msgspec.to_builtins(g) for g in found]
+                     for name, found in graphs.items()}}))
+
+    def page() -> str:
+        from ..report.pages import render_page
+
+        figures = [report.path_figure(graph, step) for step, graph in zip(
+            steps, (g for found in graphs.values() for g in found), strict=True)][:MAX_FIGURES]
+        return render_page("ddpprof critical-path", report.summary_lines(steps),
+                           report.tables(steps)[0], figures)
+
+    return Output(CriticalPathDocument(steps, notes), report.tables(steps) if steps else [],
+                  [Section(None, report.summary_lines(steps))] if steps else [],
+                  notes=notes, page=page if steps else None, page_name=page_name,
+                  title="ddpprof critical-path", errors=errors, exit_code=2 if errors else 0)
+
+
+
+@dataclass(frozen=True)
+class AnalyzedPaths:
+    """``analyze --critical-path``: the steps' paths, the findings told of them, the section
+    ``critical_path`` of the JSON document, the table after analyze's and the summary before
+    the findings."""
+
+    steps: list[StepPath]
+    graphs: dict[str, list[StepGraph]]
+    notes: list[str]
+
+    @classmethod
+    def of(cls, analysis: Analysis, keep_last_step: bool) -> AnalyzedPaths:
+        return cls(*critical_paths(analysis, keep_last_step, []))
+
+    def figures(self) -> list:
+        """Each run's first step drawn over its ranks' timelines (at most ``MAX_FIGURES``)."""
+        from ..report.critical_path import path_figure
+
+        return [path_figure(graphs[0], next(s for s in self.steps if s.run == run))
+                for run, graphs in self.graphs.items() if graphs][:MAX_FIGURES]
+
+    def told(self, findings: list[Finding]) -> list[Finding]:
+        return with_critical_path(findings, self.steps)
+
+    def add_to(self, document: dict, tables: list[Table], sections: list[Section]) -> None:
+        from ..report import critical_path as report
+
+        document["critical_path"] = {"steps": msgspec.to_builtins(self.steps),
+                                     "notes": self.notes}
+        if self.steps:
+            tables.append(report.tables(self.steps)[0])
+            sections.insert(0, Section("Critical path",
+                                       report.summary_lines(self.steps) + self.notes))

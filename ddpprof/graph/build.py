@@ -1,0 +1,385 @@
+"""Build each analyzed step's dependency graph (``model.StepGraph``) from the ranks' loaded
+traces. Pure: no I/O. What becomes a node and an edge is defined in ``docs/critical-path.md``:
+
+* **Host lanes**: each thread's host spans (``cpu_op``, ``user_annotation``, ``cuda_runtime``,
+  ...; not the ProfilerStep itself) inside the rank's step, cut where a span nests another so
+  that every instant of the thread belongs to its innermost span: one node per piece, in
+  program order. A piece is communication when its span is a host backend's collective
+  (``gloo:*``), host work when it is a launch, a ``c10d::`` op or (GPU runs) any host op, and
+  compute otherwise (a CPU run's ops are its compute).
+* **Device lanes**: each stream's kernels launched in the step, in order; an edge from the
+  launch (same correlation id) to its kernel.
+* **Collectives**: a participation is an *arrive* node (zero length, where the rank joined)
+  followed by a *transfer* node. Participations are matched across ranks as
+  ``metrics.waits`` matches calls (process group and sequence number, else order); a matched
+  transfer starts when the last member arrived, with an edge from every member's arrive.
+* **Issue and completion**: the k-th ``c10d::`` collective op of a rank issues its k-th
+  backend span on the backend's thread (where the counts agree, as ``classify`` pairs them);
+  a blocking wait (``classify.BLOCKING_WAIT``) returns when the collective it waited for ended:
+  the last one of its rank that ended during the wait. The piece of the wait in which that
+  collective ended (a wait may hold ops of its own) becomes a zero-length node at the piece's
+  end, so that a replay in which the collective ends sooner ends the wait sooner.
+* **Blocking issue**: a ``c10d::`` op that lasts until the collective it issued has ended
+  is an issue (up to the collective's start) followed by a wait at its end.
+* **Untraced waits**: a thread that blocks on a collective without a span saying so (the
+  DDP reducer's wait at the end of backward) shows a gap that ends when the collective does:
+  a gap longer than ``2 × COMPLETION_SLACK_US`` on a host thread whose next node starts at
+  most ``COMPLETION_SLACK_US`` after a collective of its rank ended inside the gap gets a
+  completion edge from that collective.
+* **Step start and end**: a zero-length node per rank at its ProfilerStep's start, before
+  every lane's first node, and one at its end, after every lane's last node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..analysis.options import LastStep
+from ..analysis.rank import _call_args
+from ..metrics.waits import _match
+from ..trace import classify
+from ..trace.classify import KernelClassifier, Kind
+from ..trace.events import RankTrace
+from .model import EdgeKind, Node, NodeKind, StepGraph, recorded_graph
+
+#: A collective counts as awaited by a wait that returned up to this long (µs) before the
+#: collective's span was closed: the backend closes its span after waking the waiter.
+COMPLETION_SLACK_US = 50.0
+
+
+@dataclass
+class _Prepared:
+    """What every step of one rank needs, computed once per trace."""
+
+    trace: RankTrace
+    stream: np.ndarray
+    host: np.ndarray             # host spans that are work on a thread
+    kernels: np.ndarray          # device events on a stream
+    kinds: np.ndarray            # kernel kinds (classify.Kind)
+    host_comm: np.ndarray        # backend collectives that run on the host (gloo)
+    waits: np.ndarray
+    issuing: np.ndarray          # launches and c10d ops: host work, also on a CPU run
+    gpu: bool
+    launch_of: dict[int, int]    # kernel event -> its launch event
+    issued_by: dict[int, int]    # backend span -> the c10d op that issued it
+    steps: list[tuple[int, str, float, float, int]]  # (number, name, start, end, thread)
+
+
+def prepare(trace: RankTrace, keep_last_step: bool = False,
+            classifier: KernelClassifier | None = None) -> _Prepared:
+    stream = classify.streams(trace)
+    cats = classify.per_category
+    host = (stream < 0) & cats(trace, lambda c: c in classify.HOST_ISSUE_CATEGORIES) & \
+        ~classify.is_step_span(trace)
+    kernels = classify.device_kernels(trace, stream) & (stream >= 0)
+    kinds = classify.kernel_kinds(trace, classifier or KernelClassifier())
+    host_comm = host & classify.per_name(trace, classify.runs_on_host)
+    waits = host & classify.per_name(trace, lambda n: bool(classify.BLOCKING_WAIT.search(n)))
+    c10d = host & classify.per_name(trace, lambda n: bool(classify.C10D_COLLECTIVE.match(n)))
+    issuing = c10d | (host & ~cats(trace, lambda c: c in classify.HOST_WORK_CATEGORIES)) | (
+        host & classify.per_name(trace, lambda n: bool(classify.HOST_COMM.search(n))))
+    launch_of = _launches(trace, stream, kernels)
+    issued_by = _pairs(trace, np.flatnonzero(c10d), np.flatnonzero(host_comm))
+    index, numbers = classify.profiler_steps(trace, stream)
+    last = LastStep.decide(classify.step_names(trace), keep_last_step)
+    if last == LastStep.DROPPED:
+        index, numbers = index[:-1], numbers[:-1]
+    steps = [(int(n), trace.names[trace.name_id[i]], float(trace.start_us[i]),
+              float(trace.end_us[i]), int(trace.thread_id[i]))
+             for i, n in zip(index, numbers, strict=True)]
+    if not steps and trace.n_events:
+        busiest = int(np.bincount(trace.thread_id[host]).argmax()) if host.any() else 0
+        steps = [(-1, "whole trace", float(trace.start_us.min()), float(trace.end_us.max()),
+                  busiest)]
+    return _Prepared(trace, stream, host, kernels, kinds, host_comm, waits, issuing,
+                     bool(kernels.any()), launch_of, issued_by, steps)
+
+
+def _launches(trace: RankTrace, stream: np.ndarray, kernels: np.ndarray) -> dict[int, int]:
+    launching = np.flatnonzero((stream < 0) & trace.has_correlation)
+    by_correlation = {int(trace.correlation[i]): int(i) for i in launching}
+    return {int(k): by_correlation[int(trace.correlation[k])]
+            for k in np.flatnonzero(kernels & trace.has_correlation)
+            if int(trace.correlation[k]) in by_correlation}
+
+
+def _pairs(trace: RankTrace, ops: np.ndarray, spans: np.ndarray) -> dict[int, int]:
+    """The k-th op issues the k-th span, when their counts agree (``classify.C10D_COLLECTIVE``
+    and the backend spans, as ``analysis.rank`` pairs them)."""
+    if ops.size != spans.size or not ops.size:
+        return {}
+    ops = ops[np.argsort(trace.start_us[ops], kind="stable")]
+    spans = spans[np.argsort(trace.start_us[spans], kind="stable")]
+    return {int(s): int(o) for o, s in zip(ops, spans, strict=True)
+            if trace.thread_id[s] != trace.thread_id[o]}
+
+
+@dataclass
+class _Part:
+    """One rank's share of a step graph, before the ranks are joined."""
+
+    rank: int
+    nodes: list[Node] = field(default_factory=list)
+    edges: list[tuple[int, int, EdgeKind]] = field(default_factory=list)
+    first: dict[int, int] = field(default_factory=dict)    # event -> its first node
+    last: dict[int, int] = field(default_factory=dict)     # event -> its last node
+    pieces: dict[int, list[int]] = field(default_factory=dict)  # event -> its nodes
+    arrive: dict[int, int] = field(default_factory=dict)   # collective event -> arrive node
+    transfer: dict[int, int] = field(default_factory=dict)  # collective event -> transfer
+    collectives: list[int] = field(default_factory=list)   # collective events, by start
+
+    def add(self, node: Node) -> int:
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+
+def _segments(start: np.ndarray, end: np.ndarray, lo: float, hi: float
+              ) -> list[tuple[int, float, float]]:
+    """Cut one thread's spans (positions into ``start``/``end``) so that every instant in
+    ``[lo, hi]`` belongs to the innermost span covering it: (span, from, to), in time order.
+    Of spans with equal starts the longer is the outer; a span that outlives its parent (bad
+    nesting) is cut at the parent's end."""
+    order = np.lexsort((-end, start))
+    pieces: list[tuple[int, float, float]] = []
+    stack: list[int] = []
+    t = lo
+
+    def emit(until: float) -> None:
+        nonlocal t
+        if stack and until > t:
+            if pieces and pieces[-1][0] == stack[-1] and pieces[-1][2] == t:
+                pieces[-1] = (stack[-1], pieces[-1][1], until)
+            else:
+                pieces.append((stack[-1], t, until))
+        t = max(t, until)
+
+    for i in order.tolist():
+        s = max(float(start[i]), lo)
+        while stack and min(float(end[stack[-1]]), hi) <= s:
+            emit(min(float(end[stack[-1]]), hi))
+            stack.pop()
+        emit(s)
+        t = max(t, s)
+        if min(float(end[i]), hi) > s:
+            stack.append(i)
+    while stack:
+        emit(min(float(end[stack[-1]]), hi))
+        stack.pop()
+    return pieces
+
+
+def _rank_part(p: _Prepared, rank: int, lo: float, hi: float, step_thread: int) -> _Part:
+    trace, part = p.trace, _Part(rank)
+    s, e = trace.start_us, trace.end_us
+    step_lane = f"thread {trace.threads[step_thread][1]}"
+    part.add(Node(rank, step_lane, NodeKind.STEP_START, "step start", lo, 0.0))
+    inside = (s < hi) & (e > lo)
+    for thread in np.unique(trace.thread_id[p.host & inside]).tolist():
+        events = np.flatnonzero(p.host & inside & (trace.thread_id == thread))
+        lane = f"thread {trace.threads[thread][1]}"
+        previous = None
+        for k, a, b in _segments(s[events], e[events], lo, hi):
+            i = int(events[k])
+            name = trace.names[trace.name_id[i]]
+            if p.host_comm[i] and i not in part.first and s[i] >= lo:
+                arrive = part.add(Node(rank, lane, NodeKind.ARRIVE, name, a, 0.0))
+                part.arrive[i] = arrive
+                part.collectives.append(i)
+                if previous is not None:
+                    part.edges.append((previous, arrive, EdgeKind.PROGRAM))
+                previous = arrive
+                kind = NodeKind.COMMUNICATION
+            elif p.host_comm[i]:
+                kind = NodeKind.COMMUNICATION
+            elif p.issuing[i] or p.waits[i] or p.gpu:
+                kind = NodeKind.HOST
+            else:
+                kind = NodeKind.COMPUTE
+            node = part.add(Node(rank, lane, kind, name, a, b - a))
+            if i in part.arrive:
+                part.transfer.setdefault(i, node)
+            part.first.setdefault(i, node)
+            part.last[i] = node
+            part.pieces.setdefault(i, []).append(node)
+            if previous is not None:
+                part.edges.append((previous, node, EdgeKind.PROGRAM))
+            previous = node
+    _device_lanes(p, part, lo, hi)
+    _issue_and_complete(p, part)
+    _untraced_waits(part)
+    _step_ends(part, hi, step_lane)
+    return part
+
+
+def _device_lanes(p: _Prepared, part: _Part, lo: float, hi: float) -> None:
+    trace = p.trace
+    launched_at = trace.start_us.copy()
+    for kernel, launch in p.launch_of.items():
+        launched_at[kernel] = trace.start_us[launch]
+    picked = np.flatnonzero(p.kernels & (launched_at >= lo) & (launched_at < hi))
+    for stream in np.unique(p.stream[picked]).tolist():
+        mine = picked[p.stream[picked] == stream]
+        mine = mine[np.argsort(trace.start_us[mine], kind="stable")]
+        previous = None
+        for i in mine.tolist():
+            lane, name = f"stream {stream}", trace.names[trace.name_id[i]]
+            a, b = float(trace.start_us[i]), float(trace.end_us[i])
+            nodes = []
+            if p.kinds[i] == Kind.COMMUNICATION:
+                part.arrive[i] = part.add(Node(part.rank, lane, NodeKind.ARRIVE, name, a, 0.0))
+                part.collectives.append(i)
+                nodes.append(part.arrive[i])
+                kind = NodeKind.COMMUNICATION
+            else:
+                kind = NodeKind.COMPUTE
+            nodes.append(part.add(Node(part.rank, lane, kind, name, a, b - a)))
+            if kind == NodeKind.COMMUNICATION:
+                part.transfer[i] = nodes[-1]
+            part.first[i], part.last[i] = nodes[0], nodes[-1]
+            for u, v in zip([previous, *nodes], nodes, strict=False):
+                if u is not None:
+                    part.edges.append((u, v, EdgeKind.PROGRAM))
+            previous = nodes[-1]
+            launch = p.launch_of.get(i)
+            if launch is not None and launch in part.last:
+                part.edges.append((part.last[launch], nodes[0], EdgeKind.LAUNCH))
+
+
+def _issue_and_complete(p: _Prepared, part: _Part) -> None:
+    trace = p.trace
+    for span, op in p.issued_by.items():
+        if span in part.arrive and op in part.last:
+            _split_blocking_issue(part, part.last[op], part.transfer[span])
+            part.edges.append((part.last[op], part.arrive[span], EdgeKind.ISSUE))
+    done = [(part.nodes[part.last[i]].end_us, part.last[i]) for i in part.collectives]
+    for wait in np.flatnonzero(p.waits).tolist():
+        if wait not in part.last:
+            continue
+        start, end = float(trace.start_us[wait]), float(trace.end_us[wait])
+        awaited = [d for d in done if start < d[0] <= end + COMPLETION_SLACK_US]
+        if not awaited:
+            continue
+        ended, collective = max(awaited)
+        # the piece of the wait (between its children) in which the collective ended
+        blocked = [k for k in part.pieces[wait] if part.nodes[k].start_us <= ended
+                   <= part.nodes[k].end_us + COMPLETION_SLACK_US]
+        node = blocked[0] if blocked else part.last[wait]
+        old = part.nodes[node]
+        part.nodes[node] = Node(old.rank, old.lane, NodeKind.WAIT, old.name, old.end_us, 0.0)
+        part.edges.append((collective, node, EdgeKind.COMPLETE))
+
+
+def _split_blocking_issue(part: _Part, issue: int, transfer: int) -> None:
+    """A ``c10d::`` op that lasts until the collective it issued has ended (gloo can block the
+    caller) is two nodes: the issue, up to the collective's start, and a wait at its end."""
+    op, collective = part.nodes[issue], part.nodes[transfer]
+    if not (op.start_us <= collective.start_us and op.end_us >= collective.end_us
+            and op.duration_us > 2 * COMPLETION_SLACK_US):
+        return
+    part.nodes[issue] = Node(op.rank, op.lane, op.kind, op.name, op.start_us,
+                             collective.start_us - op.start_us)
+    wait = part.add(Node(op.rank, op.lane, NodeKind.WAIT, op.name, op.end_us, 0.0))
+    part.edges[:] = [(wait if u == issue and kind == EdgeKind.PROGRAM else u, v, kind)
+                     for u, v, kind in part.edges]
+    part.edges += [(issue, wait, EdgeKind.PROGRAM), (transfer, wait, EdgeKind.COMPLETE)]
+
+
+def _untraced_waits(part: _Part) -> None:
+    done = [(part.nodes[part.transfer[i]].end_us, part.transfer[i]) for i in part.collectives
+            if i in part.transfer]
+    if not done:
+        return
+    waited = {v for _, v, kind in part.edges if kind == EdgeKind.COMPLETE}
+    for u, v, kind in list(part.edges):
+        before, after = part.nodes[u], part.nodes[v]
+        if (kind != EdgeKind.PROGRAM or v in waited or not after.lane.startswith("thread")
+                or after.kind in (NodeKind.ARRIVE, NodeKind.COMMUNICATION)
+                or after.start_us - before.end_us <= 2 * COMPLETION_SLACK_US):
+            continue
+        ended = [d for d in done if before.end_us < d[0] <= after.start_us
+                 and after.start_us - d[0] <= COMPLETION_SLACK_US]
+        if ended:
+            part.edges.append((max(ended)[1], v, EdgeKind.COMPLETE))
+
+
+def _step_ends(part: _Part, hi: float, lane: str) -> None:
+    """Edges from the step start (node 0) to every lane's first node, and from every lane's
+    last node to a step end node."""
+    firsts: dict[str, int] = {}
+    lasts: dict[str, int] = {}
+    in_time = sorted(range(1, len(part.nodes)), key=lambda k: (part.nodes[k].start_us, k))
+    for k in in_time:
+        firsts.setdefault(part.nodes[k].lane, k)
+        lasts[part.nodes[k].lane] = k
+    for lane_name, k in firsts.items():
+        part.edges.append((0, k, EdgeKind.PROGRAM if lane_name == lane else EdgeKind.STEP))
+    end = part.add(Node(part.rank, lane, NodeKind.STEP_END, "step end", hi, 0.0))
+    if not lasts:
+        part.edges.append((0, end, EdgeKind.PROGRAM))
+    for lane_name, k in lasts.items():
+        part.edges.append((k, end, EdgeKind.PROGRAM if lane_name == lane else EdgeKind.STEP))
+
+
+def step_graphs(traces: dict[int, RankTrace], keep_last_step: bool = False,
+                classifier: KernelClassifier | None = None) -> tuple[list[StepGraph], list[str]]:
+    """One graph per step that every rank analyzed (matched by step number), and notes."""
+    prepared = {rank: prepare(t, keep_last_step, classifier) for rank, t in traces.items()}
+    by_number = [{number: (name, lo, hi, thread) for number, name, lo, hi, thread in p.steps}
+                 for p in prepared.values()]
+    common = sorted(set.intersection(*(set(s) for s in by_number))) if by_number else []
+    notes: list[str] = []
+    if by_number and any(len(s) != len(common) for s in by_number):
+        notes.append("the ranks analyzed different steps: only the steps every rank has "
+                     f"({len(common)}) have a graph")
+    graphs = []
+    for number in common:
+        parts, name, origin = [], "", float("inf")
+        for (rank, p), steps in zip(prepared.items(), by_number, strict=True):
+            name, lo, hi, thread = steps[number]
+            parts.append((p, _rank_part(p, rank, lo, hi, thread)))
+            origin = min(origin, lo)
+        graphs.append(_join(name, origin, parts, notes))
+    return graphs, notes
+
+
+def _join(step: str, origin: float, parts: list[tuple[_Prepared, _Part]],
+          notes: list[str]) -> StepGraph:
+    """The ranks' parts as one graph, with the collectives matched across ranks."""
+    nodes: list[Node] = []
+    edges: list[tuple[int, int, EdgeKind]] = []
+    offsets = []
+    for _, part in parts:
+        offsets.append(len(nodes))
+        nodes.extend(part.nodes)
+        edges.extend((u + offsets[-1], v + offsets[-1], kind) for u, v, kind in part.edges)
+    members: dict[tuple[str, str], dict[int, tuple[np.ndarray, list]]] = {}
+    for position, (p, part) in enumerate(parts):
+        events = sorted(part.collectives, key=lambda i: p.trace.start_us[i])
+        for i, args in zip(events, _call_args(p.trace, np.array(events, dtype=np.int64)),
+                           strict=True):
+            kind = classify.collective_of(p.trace.names[p.trace.name_id[i]],
+                                          args.collective if args else None)
+            index, sequences = members.setdefault((args.group or "" if args else "", kind),
+                                                  {}).setdefault(position, ([], []))
+            index.append(i)  # type: ignore[attr-defined]
+            sequences.append(args.sequence if args else None)
+    unmatched: list[str] = []
+    for (group, kind), by_part in sorted(members.items()):
+        if len(by_part) < 2:
+            continue
+        typed = {k: (np.array(v[0], dtype=np.int64), v[1]) for k, v in by_part.items()}
+        for row in _match(typed, f"{kind} in group {group or 'default'}", unmatched):
+            ends = {k: offsets[k] + parts[k][1].transfer[i] for k, i in row.items()}
+            arrives = {k: offsets[k] + parts[k][1].arrive[i] for k, i in row.items()}
+            last_start = max(nodes[a].start_us for a in arrives.values())
+            for k, transfer in ends.items():
+                old = nodes[transfer]
+                begin = min(max(last_start, old.start_us), old.end_us)
+                nodes[transfer] = Node(old.rank, old.lane, old.kind, old.name, begin,
+                                       old.end_us - begin)
+                edges.extend((arrives[j], transfer, EdgeKind.ARRIVAL) for j in arrives
+                             if j != k)
+    notes.extend(f"{step}: {line}" for line in unmatched)
+    return recorded_graph(step, origin, nodes, edges)

@@ -1,0 +1,153 @@
+"""The dependency graph of one training step across ranks: what it is made of and how a
+recorded one is completed with its gaps. Schema: ``docs/critical-path.md``.
+
+A **node** is one piece of work on one lane of one rank (a host op on a thread, a kernel on a
+stream, a collective's participation), with its recorded start and duration in µs. An **edge**
+``src -> dst`` says that ``dst`` cannot start before ``src`` has ended, give or take the edge's
+``gap_us``: in a replay, ``start(dst) = max over its edges of end(src) + gap_us`` (a node with
+no edges starts at its ``release_us``).
+
+The gaps of a recorded graph are chosen so that replaying it unchanged gives back the recorded
+times exactly (:func:`recorded_graph`): each node's *binding* edge (the one whose source ended
+last) carries the time between that end and the node's start (untraced CPU time, launch
+latency, idle); every other edge carries ``min(0, start(dst) − end(src))``, which is 0 when the
+order was respected and negative only where the recorded times contradict it (clock skew).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import msgspec
+import numpy as np
+
+SCHEMA = "ddpprof.step-graph"
+VERSION = 1
+
+
+class NodeKind(StrEnum):
+    COMPUTE = "compute"              # work that computes: a kernel, or a host op of a CPU run
+    COMMUNICATION = "communication"  # a collective's transfer (after every member arrived)
+    HOST = "host"                    # host work that is not compute: launches, issuing, API
+    ARRIVE = "arrive"                # zero-length: this rank joined a collective
+    WAIT = "wait"                    # zero-length: a blocking wait returned
+    STEP_START = "step_start"        # zero-length: the rank's ProfilerStep started
+    STEP_END = "step_end"            # zero-length: the rank's ProfilerStep ended
+
+
+class EdgeKind(StrEnum):
+    PROGRAM = "program"              # the next piece of work on the same lane
+    LAUNCH = "launch"                # a host launch -> its kernel (correlation id)
+    ISSUE = "issue"                  # a c10d op -> the backend's work on its own thread
+    COMPLETE = "complete"            # the awaited collective -> the wait that returned
+    ARRIVAL = "arrival"              # a member joined -> the collective's transfer, any rank
+    STEP = "step"                    # step start -> a lane's first work; its last -> step end
+
+
+class Node(msgspec.Struct, frozen=True):
+    rank: int
+    lane: str                        # "thread <tid>" or "stream <n>"
+    kind: NodeKind
+    name: str
+    start_us: float                  # recorded, absolute (the trace's clock)
+    duration_us: float
+    release_us: float | None = None  # a node with no edges starts here (its recorded start)
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.duration_us
+
+
+class Edge(msgspec.Struct, frozen=True):
+    src: int
+    dst: int
+    kind: EdgeKind
+    gap_us: float = 0.0
+
+
+class StepGraph(msgspec.Struct, frozen=True):
+    """One step's graph: ``origin_us`` is the earliest rank's step start, the time every
+    critical path is measured from."""
+
+    step: str
+    origin_us: float
+    nodes: list[Node]
+    edges: list[Edge]
+    schema: str = SCHEMA
+    version: int = VERSION
+
+    @property
+    def n(self) -> int:
+        return len(self.nodes)
+
+    def columns(self) -> GraphColumns:
+        return GraphColumns.of(self)
+
+
+class GraphColumns:
+    """The graph as arrays, in a topological order (what the replay walks)."""
+
+    def __init__(self, start: np.ndarray, duration: np.ndarray, release: np.ndarray,
+                 src: np.ndarray, dst: np.ndarray, gap: np.ndarray, order: np.ndarray) -> None:
+        self.start, self.duration, self.release = start, duration, release
+        self.src, self.dst, self.gap, self.order = src, dst, gap, order
+        # in-edges of each node, as slices of the edges sorted by destination
+        by_dst = np.argsort(dst, kind="stable")
+        self.in_edges = by_dst
+        self.in_ptr = np.searchsorted(dst[by_dst], np.arange(start.size + 1))
+
+    @classmethod
+    def of(cls, graph: StepGraph) -> GraphColumns:
+        start = np.array([n.start_us for n in graph.nodes], dtype=np.float64)
+        duration = np.array([n.duration_us for n in graph.nodes], dtype=np.float64)
+        release = np.array([np.nan if n.release_us is None else n.release_us
+                            for n in graph.nodes], dtype=np.float64)
+        src = np.array([e.src for e in graph.edges], dtype=np.int64)
+        dst = np.array([e.dst for e in graph.edges], dtype=np.int64)
+        gap = np.array([e.gap_us for e in graph.edges], dtype=np.float64)
+        return cls(start, duration, release, src, dst, gap, topological_order(
+            len(graph.nodes), src, dst))
+
+
+class CycleError(ValueError):
+    """The edges make a cycle: the recorded dependencies contradict each other."""
+
+
+def topological_order(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Kahn's algorithm; ties in the order the nodes are listed."""
+    indegree = np.bincount(dst, minlength=n).astype(np.int64)
+    by_src = np.argsort(src, kind="stable")
+    ptr = np.searchsorted(src[by_src], np.arange(n + 1))
+    ready = list(np.flatnonzero(indegree == 0)[::-1])
+    order: list[int] = []
+    while ready:
+        node = int(ready.pop())
+        order.append(node)
+        for k in by_src[ptr[node]:ptr[node + 1]]:
+            target = int(dst[k])
+            indegree[target] -= 1
+            if indegree[target] == 0:
+                ready.append(target)
+    if len(order) != n:
+        raise CycleError(f"the dependencies make a cycle through {n - len(order)} nodes")
+    return np.array(order, dtype=np.int64)
+
+
+def recorded_graph(step: str, origin_us: float, nodes: list[Node],
+                   edges: list[tuple[int, int, EdgeKind]]) -> StepGraph:
+    """The graph of recorded ``nodes`` and ``edges`` with the gaps and releases that make its
+    unchanged replay give back the recorded times (see the module's docstring). Of edges whose
+    sources ended at the same time, the first listed binds."""
+    end = [node.end_us for node in nodes]
+    incoming: dict[int, list[int]] = {}
+    for k, (_, dst, _) in enumerate(edges):
+        incoming.setdefault(dst, []).append(k)
+    binding = {dst: max(ks, key=lambda k: (end[edges[k][0]], -k))
+               for dst, ks in incoming.items()}
+    gapped = []
+    for k, (src, dst, kind) in enumerate(edges):
+        gap = nodes[dst].start_us - end[src]
+        gapped.append(Edge(src, dst, kind, gap if binding[dst] == k else min(0.0, gap)))
+    released = [msgspec.structs.replace(node, release_us=None if i in incoming
+                                        else node.start_us) for i, node in enumerate(nodes)]
+    return StepGraph(step, origin_us, released, gapped)
