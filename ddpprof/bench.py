@@ -17,21 +17,21 @@ from .manifest import StepRecord
 from .progress import Progress
 from .record.launcher import Recording, RunOutcome, record
 from .report.table import Column, columns
+from .variants import VARIANTS
 
 #: (model, variant, process count)
 Config = tuple[str, str, int]
 
 #: The epoch the table's epoch time is for: 32,768 MNIST-shaped samples.
 EPOCH_SAMPLES = 32768
-#: variants whose communication happens wholly inside ``finish_gradient_sync``
-BLOCKING = ("simple_ddp", "simple_ddp_ga")
 
 
 def configurations(models: list[str], variants: list[str], nprocs: list[int]
                    ) -> list[Config]:
-    """``single`` runs one process; the data-parallel variants run at every count."""
+    """A variant that is not distributed (``single``) runs one process; the data-parallel
+    variants run at every count."""
     return [(model, variant, n) for model in models for variant in variants for n in nprocs
-            if variant != "single" or n == 1]
+            if VARIANTS[variant].distributed or n == 1]
 
 
 def amdahl(speedup: float, n: int) -> tuple[float | None, float | None]:
@@ -59,7 +59,7 @@ class BenchRow:
     step_ms_min: float
     step_ms_median: float
     epoch_s: float                      # EPOCH_SAMPLES at the median step
-    comm_ms: float | None               # blocking variants: the sync's median
+    comm_ms: float | None               # blocking variants (the registry's): the sync's median
     samples_per_s: float
     speedup: float | None               # single's median step / this one's
     efficiency: float | None            # speedup / nproc
@@ -145,7 +145,7 @@ def rows(configs: list[Config], samples: dict[Config, list[tuple[float | None, f
                             "the warm-up")
         medians[config] = statistics.median(steps)
     single = {model: medians[(model, variant, n)] for model, variant, n in configs
-              if variant == "single"}
+              if not VARIANTS[variant].distributed}
     speedups = {c: single[c[0]] / medians[c] if c[0] in single else None for c in configs}
     largest: dict[tuple[str, str], tuple[int, float]] = {}
     for (model, variant, n), speedup in speedups.items():
@@ -162,7 +162,8 @@ def rows(configs: list[Config], samples: dict[Config, list[tuple[float | None, f
         table.append(BenchRow(
             model=model, variant=variant, nproc=n, step_ms_min=min(steps) * 1e3,
             step_ms_median=median * 1e3, epoch_s=EPOCH_SAMPLES / global_batch * median,
-            comm_ms=statistics.median(syncs) * 1e3 if variant in BLOCKING and syncs else None,
+            comm_ms=statistics.median(syncs) * 1e3 if VARIANTS[variant].blocking and syncs
+            else None,
             samples_per_s=global_batch / median, speedup=speedup,
             efficiency=speedup / n if speedup else None, amdahl_f=amdahl_f,
             amdahl_ceiling=ceiling, profiler_overhead=overheads.get(config)))

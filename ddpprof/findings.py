@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from .analysis.results import RankResult, RunResult
 from .analysis.rows import run_row
-from .variants import VARIANTS
+from .units import MIB
+from .variants import variant_info
 
 # Thresholds, named as docs/findings.md names them.
 FEW_BUCKETS = 3                  # bucket_cap_too_large: at most this many all-reduces per step
@@ -90,7 +91,8 @@ def _finding(run: RunResult, code: str, share: float, message: str, evidence: li
 
 
 def _sharded(run: RunResult) -> bool:
-    info = VARIANTS.get(run.manifest.config.variant or "")
+    config = run.manifest.config
+    info = variant_info(config.variant if config else None)
     return bool(info and info.sharded)
 
 
@@ -99,7 +101,7 @@ def _step_ms(rank: RankResult) -> float:
 
 
 def _mb(size: float | None) -> str:
-    return "?" if size is None else f"{size / 1024**2:.2f} MiB"
+    return "?" if size is None else f"{size / MIB:.2f} MiB"
 
 
 def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | None:
@@ -122,7 +124,7 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
         basis = (f"ddpprof simulate predicts {advice.best_step_ms:.1f} ms per step at "
                  f"{cap:g} MiB against {advice.current_step_ms:.1f} ms now")
     else:
-        cap, gain = max(round(total / 4 / 1024**2, 1), 0.1), None
+        cap, gain = max(round(total / 4 / MIB, 1), 0.1), None
         basis = "a cap of a quarter of the gradient bytes gives four buckets to overlap"
     return _finding(
         run, "bucket_cap_too_large", _exposed_share(rank),

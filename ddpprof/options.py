@@ -211,13 +211,16 @@ def list_option(*decls: str, item: click.ParamType, help: str, default: str | No
                         help=help + " Repeatable, or comma-separated.", aliases=aliases)
 
 
-def variant_option(default: str) -> Callable[[F], F]:
-    from .variants import VARIANT_NAMES
+def variant_option(default: str, bucketed: bool = False) -> Callable[[F], F]:
+    """``--variant``: any of the registry's variants, or with ``bucketed`` those with buckets
+    (``all`` is then every bucketed one)."""
+    from .variants import BUCKETED_VARIANT_NAMES, VARIANT_NAMES
 
+    offered = BUCKETED_VARIANT_NAMES if bucketed else VARIANT_NAMES
     return list_option("--variant", "variants", item=click.Choice(VARIANT_NAMES),
-                       everything=VARIANT_NAMES, default=default, metavar="VARIANT",
+                       everything=offered, default=default, metavar="VARIANT",
                        aliases=("--variants",),
-                       help=f"all, or of: {', '.join(VARIANT_NAMES)} (`ddpprof variants`).")
+                       help=f"all, or of: {', '.join(offered)} (`ddpprof variants`).")
 
 
 def model_option(default: str | None, what: str = "") -> Callable[[F], F]:
@@ -288,6 +291,12 @@ def outputs(json: str, table: bool = True, html: str | None = None,
         return with_outputs  # type: ignore[return-value]
 
     return decorate
+
+
+def keep_last_step_option() -> Callable[[F], F]:
+    """``--keep-last-step``: the analyzed window (``ddpprof.analysis.options.LastStep``)."""
+    return click.option("--keep-last-step", is_flag=True,
+                        help="Analyze the last ProfilerStep too (HTA drops it by default).")
 
 
 def world_size_option(help: str) -> Callable[[F], F]:

@@ -12,22 +12,19 @@ from dataclasses import dataclass
 from .analysis import analyze_run, run_row
 from .errors import UsageError
 from .progress import Progress
-from .record.config import RunConfig
 from .record.launcher import Recording, record
 from .report.table import Column, columns
 from .trace.discover import RunInput, is_trace_file
 from .trace.storage import Location
-from .variants import VARIANTS
-
-#: The cap a variant gets when none is given, marked on the valley.
-DEFAULT_BUCKET_CAP_MIB: float = RunConfig.bucket_cap_mb
+from .variants import BUCKETED_VARIANT_NAMES, VARIANTS
 
 
 @dataclass(frozen=True)
 class SweepRow:
     """One run: a variant at one bucket cap. Step time is the median of the run's unprofiled
     steps (run.json); overlap, calls and exposed communication come from its profiled steps
-    (``ddpprof analyze``'s definitions)."""
+    (``ddpprof analyze``'s definitions). The gradient collective is the variant's (the
+    registry's ``gradient_collective``: all-reduce, or ZeRO's reduce-scatter)."""
 
     variant: str
     model: str
@@ -35,11 +32,12 @@ class SweepRow:
     bucket_cap_mib: float
     run: str                                # its folder under --out
     status: str
-    buckets: int | None = None              # all-reduces per gradient sync (run.json)
+    gradient_collective: str | None = None  # what a bucket is reduced by
+    buckets: int | None = None              # gradient collectives per sync (run.json)
     step_ms: float | None = None
     samples_per_s: float | None = None
     overlap_pct: float | None = None
-    all_reduce_calls_per_step: float | None = None
+    gradient_calls_per_step: float | None = None
     exposed_comm_ms_per_step: float | None = None
     error: str | None = None
 
@@ -47,9 +45,9 @@ class SweepRow:
 COLUMNS: list[Column] = [
     Column("variant"), Column("bucket_cap_mib", "cap_mib"), Column("status"),
     Column("buckets"), Column("step_ms"), Column("overlap_pct", "overlap_%"),
-    Column("all_reduce_calls_per_step", "calls/step"),
+    Column("gradient_calls_per_step", "calls/step"),
     Column("exposed_comm_ms_per_step", "exposed_ms/step"),
-    *columns(wide=("model", "nproc", "samples_per_s", "run", "error"))]
+    *columns(wide=("gradient_collective", "model", "nproc", "samples_per_s", "run", "error"))]
 
 
 @dataclass(frozen=True)
@@ -61,14 +59,17 @@ class SweepDocument:
     global_batch: int
     rows: list[SweepRow]
     schema: str = "ddpprof.sweep"
-    version: int = 2
+    #: 3: ``gradient_collective`` and ``gradient_calls_per_step`` (the variant's own
+    #: collective) for 2's ``all_reduce_calls_per_step``
+    version: int = 3
 
 
 def check_variants(variants: list[str]) -> None:
-    others = [v for v in variants if not VARIANTS[v].bucketed]
+    """Only variants with buckets (the registry's ``bucketed``) have a cap to sweep."""
+    others = [v for v in variants if v not in BUCKETED_VARIANT_NAMES]
     if others:
-        bucketed = ", ".join(n for n, info in VARIANTS.items() if info.bucketed)
-        raise UsageError(f"--variant {others[0]}: it has no buckets to size (sweep {bucketed})")
+        raise UsageError(f"--variant {others[0]}: it has no buckets to size (sweep "
+                         f"{', '.join(BUCKETED_VARIANT_NAMES)})")
 
 
 def sweep(base: Recording) -> list[SweepRow]:
@@ -95,11 +96,14 @@ def sweep(base: Recording) -> list[SweepRow]:
         traces: list[Location] = sorted(p for p in outcome.run_dir.iterdir() if is_trace_file(p))
         [analyzed] = analyze_run(RunInput(name, outcome.run_dir, traces))
         metrics = run_row(analyzed).metrics
+        kind = VARIANTS[run.variant].gradient_collective
+        measured = outcome.manifest.measured
+        launched = (measured.collectives_per_sync if measured else None) or {}
         rows.append(SweepRow(
-            *where, name, outcome.status, buckets=outcome.manifest.config.allreduces_per_sync,
+            *where, name, outcome.status, gradient_collective=kind, buckets=launched.get(kind),
             step_ms=speed.median_step_s * 1e3, samples_per_s=speed.samples_per_s,
             overlap_pct=metrics.overlap_pct,
-            all_reduce_calls_per_step=metrics.collectives["all_reduce"].calls_per_step,
+            gradient_calls_per_step=metrics.collectives[kind].calls_per_step,
             exposed_comm_ms_per_step=metrics.exposed_comm_ms_per_step))
     return rows
 

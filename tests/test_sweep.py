@@ -43,9 +43,25 @@ def test_sweep_records_each_size_and_draws_the_valley(tmp_path, ddpprof_cli):
     assert (small["bucket_cap_mib"], large["bucket_cap_mib"]) == (0.005, 25.0)
     assert (small["run"], large["run"]) == ("bucket_ddp_async-cap0.005", "bucket_ddp_async-cap25")
     # mlp-tiny in reverse order at 5 KB: [b4 w4 b3 w3] [b2 w2] [b1 w1] -> 3 all-reduces
-    assert small["all_reduce_calls_per_step"] == small["buckets"] == 3
-    assert large["all_reduce_calls_per_step"] == large["buckets"] == 1
+    assert small["gradient_calls_per_step"] == small["buckets"] == 3
+    assert large["gradient_calls_per_step"] == large["buckets"] == 1
+    assert small["gradient_collective"] == "all_reduce"
     assert all(r["step_ms"] > 0 and r["overlap_pct"] is not None for r in rows)
     assert "bucket_ddp_async: fastest at" in result.stderr
     page = (tmp_path / "sweep.html").read_text()
     assert 'data-figures="1"' in page and "default 25 MiB" in page
+
+
+@pytest.mark.slow
+def test_sweep_sizes_a_sharded_variant_by_its_reduce_scatters(tmp_path, ddpprof_cli):
+    """zero1 has buckets (the registry's ``bucketed``): sweep sizes it, and counts its
+    gradient collective, the reduce-scatter."""
+    result = ddpprof_cli("sweep", "--variant", "zero1", "--bucket-cap-mib", "0.005",
+                         "--model", "mlp-tiny", "--global-batch", "16", "--steps", "6",
+                         "--out", str(tmp_path / "sweep"), "--json", "-")
+    assert result.returncode == 0, result.stderr
+    [row] = json.loads(result.stdout)["rows"]
+    assert (row["variant"], row["status"], row["gradient_collective"]) == (
+        "zero1", "complete", "reduce_scatter")
+    # mlp-tiny at 5 KB: 3 buckets (see above), one reduce-scatter each
+    assert row["gradient_calls_per_step"] == row["buckets"] == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 
 import pytest
 import torch
@@ -10,8 +11,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from ddpprof.manifest import BucketRecord
+from ddpprof.simulate import registration_positions
+from ddpprof.simulate.replay import Policy, gradient_jobs
+from ddpprof.units import MIB
 from ddpprof.variants import VARIANT_NAMES, VARIANTS, make_variant, variant_class
-from ddpprof.variants.bucket_ddp_async import BucketDDPAsync, assign_buckets
+from ddpprof.variants.bucket_ddp_async import BucketDDPAsync
+from ddpprof.variants.buckets import parameter_buckets
 from ddpprof.variants.zero1 import Piece, shard_pieces
 from workloads.data import SyntheticImages, shard
 from workloads.models import build_model, compute_loss
@@ -177,17 +183,48 @@ def test_every_variant_matches_single_and_ranks_agree(tmp_path, world_size):
 
 def test_buckets_follow_reverse_order_and_close_at_cap():
     params = [nn.Parameter(torch.zeros(n)) for n in (10, 300, 5, 200, 50)]  # float32: 4 B each
-    order = list(reversed(params))  # what BucketDDPAsync passes
-    # cap 1000 B = 250 floats: [50, 200] reaches 250; [5, 300] passes it; [10] is left over.
-    assert assign_buckets(order, cap_bytes=1000) == [[0, 1], [2, 3], [4]]
-    assert assign_buckets(order, cap_bytes=10**9) == [[0, 1, 2, 3, 4]]
-    assert assign_buckets(order, cap_bytes=1) == [[0], [1], [2], [3], [4]]
+    # cap 1000 B = 250 floats, from the last registered: [50, 200] reaches 250; [5, 300]
+    # passes it; [10] is left over.
+    assert parameter_buckets(params, 1000 / MIB) == [[4, 3], [2, 1], [0]]
+    assert parameter_buckets(params, 1000) == [[4, 3, 2, 1, 0]]
+    assert parameter_buckets(params, 1 / MIB) == [[4], [3], [2], [1], [0]]
 
 
 def test_buckets_split_by_dtype():
     params = [nn.Parameter(torch.zeros(4)), nn.Parameter(torch.zeros(4, dtype=torch.float64)),
               nn.Parameter(torch.zeros(4))]
-    assert assign_buckets(params, cap_bytes=10**6) == [[0, 2], [1]]
+    assert parameter_buckets(params, 1) == [[2, 0], [1]]
+
+
+def test_the_simulator_buckets_as_the_variants_do():
+    """The same parameters, mixed dtypes, bucketed by a variant (from the tensors) and by the
+    simulator (from what run.json records of them and the trace's gradient sizes): the same
+    buckets, in the same order."""
+    dtypes = [torch.float32, torch.bfloat16, torch.float32, torch.float32, torch.bfloat16,
+              torch.float32, torch.bfloat16]
+    params = [nn.Parameter(torch.zeros(n, dtype=d)) for n, d in zip(
+        (300, 70, 40, 120, 500, 8, 60), dtypes, strict=True)]
+    cap_mib = 1000 / MIB
+    buckets = parameter_buckets(params, cap_mib)
+    sizes = [p.numel() * p.element_size() for p in params]
+    assert len(buckets) > 2 and any(len({dtypes[i] for i in b}) == 1 < len(b) for b in buckets)
+    # what workloads/train.py writes of them, and the gradients as the trace shows them ready
+    # (reverse registration order)
+    recorded = [BucketRecord(params=[str(i) for i in b], param_index=b,
+                             param_bytes=[sizes[i] for i in b], bytes=sum(sizes[i] for i in b),
+                             param_dtypes=[str(dtypes[i]).removeprefix("torch.") for i in b])
+                for b in buckets]
+    ready = list(reversed(range(len(params))))
+    registration, grad_dtypes, note = registration_positions([sizes[i] for i in ready],
+                                                             recorded)
+    assert note is None
+    grads = [(float(t), sizes[i]) for t, i in enumerate(ready)]
+    jobs, _ = gradient_jobs(Policy.of(VARIANTS["bucket_ddp_async"], cap_mib), grads,
+                            registration, len(grads), grad_dtypes)
+    assert [job.size_bytes for job in jobs] == [sum(sizes[i] for i in b) for b in buckets]
+    # each launches once its last gradient is ready and the buckets before it have launched
+    assert [job.at_us for job in jobs] == list(itertools.accumulate(
+        (float(max(ready.index(i) for i in b)) for b in buckets), max))
 
 
 def test_shards_are_equal_and_padded_and_pieces_cover_each_parameter_once():
@@ -245,7 +282,7 @@ def test_collectives_per_sync_is_what_each_step_of_the_trace_launches(all_varian
 
     out, _ = all_variants
     for variant in VARIANT_NAMES:
-        claimed = json.loads((out / variant / "run.json").read_text())["config"][
+        claimed = json.loads((out / variant / "run.json").read_text())["measured"][
             "collectives_per_sync"]
         with gzip.open(out / variant / "rank0.pt.trace.json.gz", "rt") as f:
             events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
@@ -257,7 +294,7 @@ def test_collectives_per_sync_is_what_each_step_of_the_trace_launches(all_varian
                     for kind, op in C10D_OPS.items()}
             assert {k: n for k, n in seen.items() if n} == claimed, variant
     # 1 MiB buckets of mlp-small: [b4 w4 b3 w3 b2 w2], then [b1 w1]; FSDP: 4 Linear layers
-    config = {v: json.loads((out / v / "run.json").read_text())["config"]
+    config = {v: json.loads((out / v / "run.json").read_text())["measured"]
               for v in ("zero1", "fsdp", "pytorch_zero1")}
     assert config["zero1"]["collectives_per_sync"] == {"reduce_scatter": 2, "all_gather": 2}
     assert config["fsdp"]["collectives_per_sync"] == {"all_gather": 8, "reduce_scatter": 4}

@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from ddpprof.calibrate import SWEEP_CONFIG, SWEEP_RESULT, Sweep, SweepResult
 from ddpprof.run_folder import RunFolder
+from ddpprof.units import MIB
 
 from .train import _device_for, _device_name, errors_recorded
 
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"usage: python -m workloads.calibrate OUT/{SWEEP_CONFIG}")
     config_path = Path(args[0])
     with errors_recorded(config_path.parent) as folder:
-        sweep = msgspec.json.decode(folder.read_bytes(config_path.name, 1024 * 1024),
+        sweep = msgspec.json.decode(folder.read_bytes(config_path.name, MIB),
                                     type=Sweep)
         run(sweep, folder)
 

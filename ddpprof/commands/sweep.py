@@ -31,7 +31,7 @@ def sweep(variants: list[str], bucket_caps_mib: list[float], models: list[str], 
     def page() -> str:
         from ..report.pages import sweep_page
 
-        return sweep_page(document, table, sweeping.DEFAULT_BUCKET_CAP_MIB)
+        return sweep_page(document, table)
 
     best = sweeping.best_sizes(rows)
     return Output(document, [table], notes=[f"{series}: fastest at {size:g} MiB"

@@ -21,12 +21,13 @@ from typing import Any
 from ..errors import signal_name
 from ..manifest import RunError
 from ..run_folder import RunFolder
+from ..units import MIB
 
 ERRORS_DIR = ".errors"
 #: How much of the end of torchrun's log is searched for its report.
 LOG_TAIL_BYTES = 256 * 1024
 #: A rank's error file holds one message and one traceback.
-ERROR_FILE_BYTES = 4 * 1024 * 1024
+ERROR_FILE_BYTES = 4 * MIB
 _ERROR_FILE = re.compile(r"^rank\d+\.json$")
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[\d+\]:\s*\n"

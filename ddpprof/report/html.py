@@ -15,6 +15,8 @@ from plotly.offline import get_plotlyjs
 
 from ..analysis import Analysis, RunResult, rank_row, run_row
 from ..analysis.rows import COLUMN_KINDS, CollectiveRow, RunRow, memory_of, peak_memory_mib
+from ..units import MIB
+from ..variants import variant_info
 from .table import format_cell, template_environment
 
 TABLE_COLUMNS = [
@@ -128,7 +130,7 @@ def bandwidth_figure(rows: list[RunRow]) -> go.Figure:
         sizes = [_kind(r, kind).bytes_per_call for r in rows]
         fig.add_trace(go.Bar(
             name=f"{kind} MiB per call", x=names, offsetgroup=f"{kind} size",
-            y=[size / 2**20 if size else None for size in sizes], marker_color=color,
+            y=[size / MIB if size else None for size in sizes], marker_color=color,
             legendgroup=kind))
         fig.add_trace(go.Bar(
             name=f"{kind} bus GB/s", x=names, offsetgroup=f"{kind} bw", yaxis="y2",
@@ -193,17 +195,20 @@ def timeline_figure(run: RunResult) -> go.Figure:
 
 
 def _size(size: float | None) -> str:
-    return "" if size is None else f"{size / 2**20:.2f} MiB"
+    return "" if size is None else f"{size / MIB:.2f} MiB"
 
 
 def _environment_summary(runs: list[RunResult]) -> list[tuple[str, str]]:
     def values(key: str) -> str:
-        found = []
+        found: dict[str, None] = {}     # distinct values, in order
         for run in runs:
+            # a configuration's field, or a measurement's (getattr of None: not recorded)
             value = getattr(run.manifest.config, key, None)
-            items = value if isinstance(value, list) else [value]
-            found += [str(v) for v in items if v is not None and str(v) not in found]
-        return ", ".join(dict.fromkeys(found)) or "not recorded"
+            if value is None:
+                value = getattr(run.manifest.measured, key, None)
+            found.update((str(v), None) for v in (value if isinstance(value, list) else [value])
+                         if v is not None)
+        return ", ".join(found) or "not recorded"
 
     backends = ", ".join(dict.fromkeys(str(r.ranks[0].backend) for r in runs
                                        if r.ranks[0].backend)) or "none (single process)"
@@ -215,9 +220,11 @@ def _environment_summary(runs: list[RunResult]) -> list[tuple[str, str]]:
 
 def comparison_rows(run_rows: list[RunRow]) -> list[dict[str, Any]]:
     """The comparison table's cells by column (the template's view of the rows), with each
-    run's throughput against the median of the ``single`` runs."""
+    run's throughput against the median of the one-process runs (``single``: the registry's
+    variant that is not distributed)."""
     rows = [row.to_dict() for row in run_rows]
-    single = [r["samples_per_s"] for r in rows if r["variant"] == "single" and r["samples_per_s"]]
+    single = [r["samples_per_s"] for r in rows if r["samples_per_s"]
+              and (info := variant_info(r["variant"])) and not info.distributed]
     baseline = statistics.median(single) if single else None
     for row in rows:
         row["speedup_vs_single"] = (row["samples_per_s"] / baseline
@@ -247,7 +254,7 @@ def _rank_memory(run: RunResult, rank: int) -> dict[str, float | None]:
     row = memory_of(run, rank)
     if row is None:
         return {"state_memory_mib": None, "peak_memory_mib": None}
-    return {"state_memory_mib": None if row.state_bytes is None else row.state_bytes / 2**20,
+    return {"state_memory_mib": None if row.state_bytes is None else row.state_bytes / MIB,
             "peak_memory_mib": peak_memory_mib(row)}
 
 
@@ -315,7 +322,7 @@ def memory_figure(runs: list[RunResult]) -> go.Figure | None:
     for key, label, color in MEMORY_PARTS:
         fig.add_trace(go.Bar(
             name=label, x=names, offsetgroup="measured", legendgroup=label,
-            y=[statistics.fmean(getattr(r, key) or 0 for r in rows) / 2**20
+            y=[statistics.fmean(getattr(r, key) or 0 for r in rows) / MIB
                for _, rows in measured], marker_color=color,
             hovertemplate=f"{label}, measured: %{{y:.2f}} MiB<extra></extra>"))
     estimates = [recorded_estimate(run.manifest) for run, _ in measured]
@@ -323,7 +330,7 @@ def memory_figure(runs: list[RunResult]) -> go.Figure | None:
         fig.add_trace(go.Bar(
             name=f"{label} (estimate)", x=names, offsetgroup="estimate", legendgroup=label,
             showlegend=False, marker=dict(color=color, pattern_shape="/", opacity=0.55),
-            y=[getattr(e, key) / 2**20 if e else None for e in estimates],
+            y=[getattr(e, key) / MIB if e else None for e in estimates],
             hovertemplate=f"{label}, estimated: %{{y:.2f}} MiB<extra></extra>"))
     return layout(fig, "Memory per rank, measured (solid) and estimated (hatched), MiB",
                    barmode="stack", yaxis_title="MiB")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from ..variants import DEFAULT_BUCKET_CAP_MIB
 from .html import embed, generated, layout
 from .table import Table, format_cell, template_environment
 
@@ -28,7 +29,7 @@ def render_page(title: str, intro: list[str], table: Table, figures: list[go.Fig
         figures=[embed(fig) for fig in figures], plotly_js=get_plotlyjs())
 
 
-def valley_figure(rows: list[SweepRow], default_mib: float) -> go.Figure:
+def valley_figure(rows: list[SweepRow]) -> go.Figure:
     """Step time against bucket size, one line per variant, the default size marked."""
     from ..sweep import series
 
@@ -39,21 +40,23 @@ def valley_figure(rows: list[SweepRow], default_mib: float) -> go.Figure:
             x=[r.bucket_cap_mib for r in mine], y=[r.step_ms for r in mine],
             mode="lines+markers", name=name,
             text=[f"overlap {format_cell(r.overlap_pct)} %, "
-                  f"{format_cell(r.all_reduce_calls_per_step)} all-reduces/step" for r in mine],
+                  f"{format_cell(r.gradient_calls_per_step)} "
+                  f"{(r.gradient_collective or 'collective').replace('_', '-')}s/step"
+                  for r in mine],
             hovertemplate="%{x} MiB: %{y:.1f} ms<br>%{text}<extra></extra>"))
-    fig.add_vline(x=default_mib, line_dash="dash", line_color="#888",
-                  annotation_text=f"default {default_mib:g} MiB")
+    fig.add_vline(x=DEFAULT_BUCKET_CAP_MIB, line_dash="dash", line_color="#888",
+                  annotation_text=f"default {DEFAULT_BUCKET_CAP_MIB:g} MiB")
     return layout(fig, "Step time against bucket size", xaxis_type="log",
                   xaxis_title="bucket cap (MiB, log scale)", yaxis_title="step time (ms)")
 
 
-def sweep_page(document: SweepDocument, table: Table, default_mib: float) -> str:
+def sweep_page(document: SweepDocument, table: Table) -> str:
     intro = [f"{', '.join(document.models)}; {', '.join(map(str, document.nprocs))} ranks per "
              f"node; global batch "
              f"{document.global_batch}. Step time is the median of each run's unprofiled "
              "steps; overlap and calls come from its profiled steps."]
     return render_page("ddpprof sweep: bucket size", intro, table,
-                       [valley_figure(document.rows, default_mib)])
+                       [valley_figure(document.rows)])
 
 
 def calibration_figure(rows: list[PointRow]) -> go.Figure:
@@ -112,7 +115,7 @@ def bench_page(document: BenchDocument, table: Table) -> str:
                        [speedup_figure(document.rows), throughput_figure(document.rows)])
 
 
-def prediction_figure(rows: list[SimulateRow], default_mib: float) -> go.Figure:
+def prediction_figure(rows: list[SimulateRow]) -> go.Figure:
     """Predicted step time against bucket size per world size, measured points on top."""
     fig = go.Figure()
     for n in dict.fromkeys(r.world_size for r in rows):
@@ -126,14 +129,13 @@ def prediction_figure(rows: list[SimulateRow], default_mib: float) -> go.Figure:
                                  y=[r.measured_step_ms for r in measured], mode="markers",
                                  marker=dict(size=11, symbol="x", color="black"),
                                  name=f"measured, {measured[0].world_size} ranks"))
-    fig.add_vline(x=default_mib, line_dash="dash", line_color="#888",
-                  annotation_text=f"default {default_mib:g} MiB")
+    fig.add_vline(x=DEFAULT_BUCKET_CAP_MIB, line_dash="dash", line_color="#888",
+                  annotation_text=f"default {DEFAULT_BUCKET_CAP_MIB:g} MiB")
     return layout(fig, "Predicted step time against bucket size", xaxis_type="log",
                   xaxis_title="bucket cap (MiB, log scale)", yaxis_title="step time (ms)")
 
 
-def simulate_page(simulation: Simulation, summary: list[str], table: Table,
-                  default_mib: float) -> str:
+def simulate_page(simulation: Simulation, summary: list[str], table: Table) -> str:
     capped = [r for r in simulation.rows if r.bucket_cap_mib is not None]
     return render_page("ddpprof simulate", summary, table,
-                       [prediction_figure(capped, default_mib)] if capped else [])
+                       [prediction_figure(capped)] if capped else [])

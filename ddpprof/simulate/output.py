@@ -11,7 +11,15 @@ from ..errors import UsageError
 from ..json_input import read_json_bytes
 from ..manifest import RunManifest, validation_problem
 from ..report.table import Column, columns
-from .results import Measured, SimulateRow, Simulation, best, median_error_pct
+from ..variants import DEFAULT_BUCKET_CAP_MIB
+from .results import (
+    WHAT_IF_VARIANT,
+    Measured,
+    SimulateRow,
+    Simulation,
+    best,
+    median_error_pct,
+)
 
 COLUMNS: list[Column] = [
     Column("variant"), Column("world_size", "ranks"), Column("bucket_cap_mib", "cap_mib"),
@@ -93,7 +101,7 @@ def summary_lines(simulation: Simulation) -> list[str]:
     return lines + [f"note: {note}" for note in simulation.notes]
 
 
-def verdict_lines(simulation: Simulation, default_cap_mib: float) -> list[str]:
+def verdict_lines(simulation: Simulation) -> list[str]:
     """The run's own configuration against its measurement, and the best cap per world
     size."""
     lines = []
@@ -109,9 +117,9 @@ def verdict_lines(simulation: Simulation, default_cap_mib: float) -> list[str]:
                      f"measured {seen} (trace)")
     for n, top in best(simulation.predictions).items():
         default = next((p for p in simulation.predictions if p.world_size == n
-                        and p.bucket_cap_mb == default_cap_mib and p.variant == top.variant),
+                        and p.bucket_cap_mb == DEFAULT_BUCKET_CAP_MIB and p.variant == top.variant),
                        None)
-        gap = (f"; the default {default_cap_mib:g} MiB is "
+        gap = (f"; the default {DEFAULT_BUCKET_CAP_MIB:g} MiB is "
                f"{100 * (default.step_ms / top.step_ms - 1):.1f}% slower" if default else "")
         lines.append(f"world size {n}: best predicted bucket {top.bucket_cap_mb:g} MiB "
                      f"({top.variant}), {top.step_ms:.2f} ms{gap}")
@@ -168,8 +176,8 @@ def measured_steps(path: Path, manifest: RunManifest) -> dict[float, float]:
         raise UsageError(f"{path}: not a `ddpprof sweep --json` file (schema "
                          f"{document.schema!r})")
     variants = {r.variant for r in document.rows}
-    variant = manifest.config.variant if manifest.config.variant in variants \
-        else "bucket_ddp_async"
+    own = manifest.config.variant if manifest.config else None
+    variant = own if own in variants else WHAT_IF_VARIANT
     points: dict[float, float] = {}
     for index, row in enumerate(document.rows):
         cap = row.bucket_cap_mib if row.bucket_cap_mib is not None else row.bucket_cap_mb

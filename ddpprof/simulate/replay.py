@@ -7,16 +7,18 @@ compute goes σ times slower and communication ρₒ times slower than the cost 
 collective alone takes ρₐ times the model's time (``cost.Contention``). A blocking collective
 stops compute until it is done.
 
-Policies (how each variant syncs its gradients):
+Policies (how each variant syncs its gradients; each variant's is the registry's
+``VariantInfo.replay``, ``ddpprof.variants``):
 
 * ``blocking``: after backward, one blocking all-reduce per gradient in registration order
   (``simple_ddp``, ``simple_ddp_ga``);
 * ``hook``: a blocking all-reduce as each gradient becomes ready (``simple_ddp_hook``);
 * ``async``: an all-reduce launched as each gradient becomes ready, all waited on after
   backward (``simple_ddp_async``);
-* ``bucketed``: gradients grouped into buckets in reverse registration order, a bucket closing
-  once it reaches the cap; a bucket launches when its last gradient is ready and every bucket
-  before it has launched (``bucket_ddp_async``, PyTorch DDP's Reducer; ``pytorch_zero1``);
+* ``bucketed``: gradients grouped into buckets as the variants group them
+  (``ddpprof.variants.bucketing``: reverse registration order, one dtype per bucket, a bucket
+  closing once it reaches the cap); a bucket launches when its last gradient is ready and every
+  bucket before it has launched (``bucket_ddp_async``, PyTorch DDP's Reducer; ``pytorch_zero1``);
 * ``sharded``: ``bucketed`` with a reduce-scatter per bucket, then after the optimizer one
   all-gather per bucket, launched together and waited on (``zero1``, ``zero2``);
 * ``recorded``: the trace's own gradient collectives, each launched where it was (FSDP's
@@ -31,27 +33,25 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from ..units import MIB
+from ..variants import DEFAULT_BUCKET_CAP_MIB, ReplayPolicy, VariantInfo
+from ..variants.bucketing import assign_buckets
 from .cost import Contention, CostModel
 from .program import StepProgram
-
-MIB = 1024 * 1024
-#: Where each variant's gradient sync puts its collectives.
-POLICIES = {"simple_ddp": "blocking", "simple_ddp_ga": "blocking", "simple_ddp_hook": "hook",
-            "simple_ddp_async": "async", "bucket_ddp_async": "bucketed",
-            "pytorch_ddp": "bucketed", "pytorch_zero1": "bucketed", "zero1": "sharded",
-            "zero2": "sharded", "fsdp": "recorded"}
 
 
 @dataclass(frozen=True)
 class Policy:
-    name: str                          # see POLICIES
+    name: ReplayPolicy
     cap_mb: float | None = None        # bucketed and sharded: MiB
     ready_order: bool = False          # bucket in ready order instead of reverse registration
-    kind: str | None = None            # the sync's collective, where not the policy's own
+    sync_kind: str = "all_reduce"      # the gradient sync's collective
 
-    @property
-    def sync_kind(self) -> str:
-        return self.kind or ("reduce_scatter" if self.name == "sharded" else "all_reduce")
+    @classmethod
+    def of(cls, variant: VariantInfo, cap_mb: float | None = None,
+           ready_order: bool = False) -> Policy:
+        """How ``variant`` syncs its gradients (the registry's ``replay``)."""
+        return cls(variant.replay, cap_mb, ready_order, variant.gradient_collective)
 
 
 @dataclass(frozen=True)
@@ -80,34 +80,27 @@ class Outcome:
         return 100 * self.hidden_us / self.comm_us if self.comm_us > 0 else None
 
 
-def buckets_by_cap(sizes: list[int], cap_bytes: float) -> list[list[int]]:
-    """Consecutive groups of ``sizes`` (positions, in the order given), each closing once it
-    reaches ``cap_bytes``: the rule of PyTorch's Reducer and of ``bucket_ddp_async``."""
-    groups, current, total = [], [], 0
-    for index, size in enumerate(sizes):
-        current.append(index)
-        total += size
-        if total >= cap_bytes:
-            groups.append(current)
-            current, total = [], 0
-    return groups + ([current] if current else [])
-
-
 def gradient_jobs(policy: Policy, grads: list[tuple[float, int]], registration: list[int],
-                  backward_us: float) -> tuple[list[Job], list[Job]]:
+                  backward_us: float, dtypes: list[str | None] | None = None
+                  ) -> tuple[list[Job], list[Job]]:
     """The sync's collectives during backward, and those after the optimizer (``sharded``'s
     all-gathers). ``grads``: (ready µs, bytes) in ready order; ``registration``: their
-    positions in the model's registration order."""
+    positions in the model's registration order; ``dtypes``: their dtypes, where known (a
+    bucket holds one)."""
     by_registration = sorted(range(len(grads)), key=lambda i: registration[i])
     if policy.name == "blocking":
         return [Job(backward_us, "all_reduce", grads[i][1], True) for i in by_registration], []
     if policy.name in ("hook", "async"):
         return [Job(t, "all_reduce", size, policy.name == "hook") for t, size in grads], []
-    order = list(range(len(grads))) if policy.ready_order else by_registration[::-1]
-    cap = (policy.cap_mb or 25.0) * MIB
+    position = {i: k for k, i in enumerate(by_registration)}
+    buckets = assign_buckets(
+        [grads[i][1] for i in by_registration],
+        (policy.cap_mb or DEFAULT_BUCKET_CAP_MIB) * MIB,
+        [dtypes[i] for i in by_registration] if dtypes else None,
+        [position[i] for i in range(len(grads))] if policy.ready_order else None)
     jobs, launched = [], 0.0
-    for group in buckets_by_cap([grads[order[k]][1] for k in range(len(order))], cap):
-        members = [order[k] for k in group]
+    for bucket in buckets:
+        members = [by_registration[k] for k in bucket]
         launched = max(launched, *(grads[i][0] for i in members))
         jobs.append(Job(launched, policy.sync_kind, sum(grads[i][1] for i in members), False))
     after = [Job(0.0, "all_gather", job.size_bytes, True) for job in jobs] \
@@ -167,9 +160,10 @@ class _Lane:
 
 def replay(program: StepProgram, policy: Policy, cost: CostModel, contention: Contention,
            world_size: int, backend: str | None, registration: list[int], scale: float,
-           post_scale: float) -> Outcome:
+           post_scale: float, dtypes: list[str | None] | None = None) -> Outcome:
     """One step of ``program`` on ``world_size`` ranks: compute times ``scale`` (the rank's
-    share of the batch against the recorded one), the optimizer times ``post_scale``."""
+    share of the batch against the recorded one), the optimizer times ``post_scale``;
+    ``registration`` and ``dtypes`` as :func:`gradient_jobs` takes them."""
     lane = _Lane(cost, contention, world_size, backend)
     grads = [(t * scale, size) for t, size in program.grads]
     backward_us = program.backward_us * scale
@@ -191,7 +185,7 @@ def replay(program: StepProgram, policy: Policy, cost: CostModel, contention: Co
     if recorded:
         during, after = [], []
     else:
-        during, after = gradient_jobs(policy, grads, registration, backward_us)
+        during, after = gradient_jobs(policy, grads, registration, backward_us, dtypes)
 
     _run_phase(lane, fixed["pre"], program.pre_us * scale)
     _run_phase(lane, sorted([*during, *fixed["backward"]], key=lambda j: j.at_us), backward_us)

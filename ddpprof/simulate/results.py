@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from .cost import Contention, CostModel
 from .program import StepProgram
 
+#: What the what-if rows replay for a variant without a bucket cap of its own.
+WHAT_IF_VARIANT = "bucket_ddp_async"
+
 
 @dataclass(frozen=True)
 class Prediction:

@@ -1,20 +1,35 @@
 """The data-parallel variants, selectable by name; each lives in a small module of its own.
 
-The registry below names every variant without importing it: the analysis side (``analyze``,
-``gate``, ``simulate``, ``memory``) and option validation need the names, and must not pay for
-importing torch. :func:`variant_class` imports a variant's module when a rank actually builds it.
+The registry below is the one place that knows a variant's properties (whether it has buckets,
+whether its sync blocks, what it shards, how the simulator replays it); ``record``, ``bench``,
+``sweep``, ``simulate``, the findings and the help text all ask it. It names every variant
+without importing it: the analysis side (``analyze``, ``gate``, ``simulate``, ``memory``) and
+option validation need the names, and must not pay for importing torch. :func:`variant_class`
+imports a variant's module when a rank actually builds it.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from torch import nn
 
     from .base import DataParallel
+
+
+#: The bucket cap, in MiB, of a bucketed variant when none is given (PyTorch DDP's default).
+DEFAULT_BUCKET_CAP_MIB = 25.0
+
+#: How ``ddpprof simulate`` replays a variant's gradient sync (``ddpprof.simulate.replay``):
+#: ``blocking`` one blocking collective per gradient after backward, ``hook`` one blocking
+#: collective per gradient as it becomes ready, ``async`` one async collective per gradient as
+#: it becomes ready, ``bucketed`` buckets launched as they fill, ``sharded`` that with one
+#: all-gather per bucket after the optimizer, ``recorded`` the trace's own collectives where
+#: they were launched.
+ReplayPolicy = Literal["blocking", "hook", "async", "bucketed", "sharded", "recorded"]
 
 
 @dataclass(frozen=True)
@@ -26,13 +41,18 @@ class VariantInfo:
     default_grad_accum: int = 1
     #: Whether it runs one process per rank under a process group (``single`` does not).
     distributed: bool = True
-    #: Whether ``--bucket-cap-mb`` changes what it does.
+    #: Whether ``--bucket-cap-mib`` changes what it does (``sweep`` sizes these).
     bucketed: bool = False
     #: Whether it takes ``--gradient-as-bucket-view`` (PyTorch DDP's option).
     ddp_options: bool = False
     #: What each rank holds a 1/N shard of: 0 nothing (DDP), 1 optimizer state, 2 and
     #: gradients, 3 and parameters (ZeRO's stages).
     zero_stage: int = 0
+    #: How the simulator replays its gradient sync; a variant it has no model of replays its
+    #: own recorded collectives.
+    replay: ReplayPolicy = "recorded"
+    #: The collective its gradient sync launches (what a bucket is reduced by).
+    gradient_collective: str = "all_reduce"
     #: One line for ``record --help`` and ``ddpprof variants``.
     description: str = ""
 
@@ -40,35 +60,51 @@ class VariantInfo:
     def sharded(self) -> bool:
         return self.zero_stage > 0
 
+    @property
+    def blocking(self) -> bool:
+        """Whether all its gradient communication happens, blocking, in
+        ``finish_gradient_sync`` after backward (so the sync's time is its communication
+        time, which ``bench`` reports)."""
+        return self.replay == "blocking"
+
 
 VARIANTS: dict[str, VariantInfo] = {info.name: info for info in (
     VariantInfo("single", "single", "Single", distributed=False,
                 description="one process, no process group: the baseline"),
-    VariantInfo("simple_ddp", "simple_ddp", "SimpleDDP",
+    VariantInfo("simple_ddp", "simple_ddp", "SimpleDDP", replay="blocking",
                 description="after backward, a blocking all-reduce per parameter: no overlap"),
     VariantInfo("simple_ddp_ga", "simple_ddp_ga", "SimpleDDPGA", default_grad_accum=2,
+                replay="blocking",
                 description="simple_ddp accumulating gradients over 2 micro-steps by default"),
-    VariantInfo("simple_ddp_hook", "simple_ddp_hook", "SimpleDDPHook",
+    VariantInfo("simple_ddp_hook", "simple_ddp_hook", "SimpleDDPHook", replay="hook",
                 description="a blocking all-reduce per parameter from its hook, in backward"),
-    VariantInfo("simple_ddp_async", "simple_ddp_async", "SimpleDDPAsync",
+    VariantInfo("simple_ddp_async", "simple_ddp_async", "SimpleDDPAsync", replay="async",
                 description="an async all-reduce per parameter from its hook"),
     VariantInfo("bucket_ddp_async", "bucket_ddp_async", "BucketDDPAsync", bucketed=True,
+                replay="bucketed",
                 description="gradients in buckets, one async all-reduce per bucket"),
     VariantInfo("pytorch_ddp", "pytorch_ddp", "PyTorchDDP", bucketed=True, ddp_options=True,
-                description="torch.nn.parallel.DistributedDataParallel"),
-    VariantInfo("zero1", "zero1", "Zero1", bucketed=True, zero_stage=1,
+                replay="bucketed", description="torch.nn.parallel.DistributedDataParallel"),
+    VariantInfo("zero1", "zero1", "Zero1", bucketed=True, zero_stage=1, replay="sharded",
+                gradient_collective="reduce_scatter",
                 description="ZeRO-1: bucketed reduce-scatter, optimizer state sharded"),
-    VariantInfo("zero2", "zero2", "Zero2", bucketed=True, zero_stage=2,
+    VariantInfo("zero2", "zero2", "Zero2", bucketed=True, zero_stage=2, replay="sharded",
+                gradient_collective="reduce_scatter",
                 description="ZeRO-2: zero1, and each rank keeps only its gradient shard"),
     VariantInfo("pytorch_zero1", "pytorch_zero1", "PyTorchZero1", bucketed=True,
-                ddp_options=True, zero_stage=1,
+                ddp_options=True, zero_stage=1, replay="bucketed",
                 description="PyTorch's ZeroRedundancyOptimizer over pytorch_ddp"),
-    VariantInfo("fsdp", "fsdp", "FSDP", zero_stage=3,
+    VariantInfo("fsdp", "fsdp", "FSDP", zero_stage=3, gradient_collective="reduce_scatter",
                 description="ZeRO-3 through FSDP2 (fully_shard): everything sharded"),
 )}
 VARIANT_NAMES: tuple[str, ...] = tuple(VARIANTS)
-#: The sharded (ZeRO) variants.
-SHARDED_VARIANT_NAMES: tuple[str, ...] = tuple(n for n, i in VARIANTS.items() if i.sharded)
+#: The variants with buckets (``--bucket-cap-mib``).
+BUCKETED_VARIANT_NAMES: tuple[str, ...] = tuple(n for n, i in VARIANTS.items() if i.bucketed)
+
+
+def variant_info(name: str | None) -> VariantInfo | None:
+    """The registry's entry for ``name``; None for a run of no known variant."""
+    return VARIANTS.get(name or "")
 
 
 def variant_class(name: str) -> type[DataParallel]:
@@ -76,7 +112,8 @@ def variant_class(name: str) -> type[DataParallel]:
     return getattr(importlib.import_module(f"{__name__}.{info.module}"), info.class_name)
 
 
-def make_variant(name: str, module: nn.Module, *, bucket_cap_mb: float = 25.0,
+def make_variant(name: str, module: nn.Module, *,
+                 bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB,
                  gradient_as_bucket_view: bool = False) -> DataParallel:
     """Wrap ``module`` in the variant called ``name`` (the process group must already exist,
     except for ``single``)."""
@@ -89,5 +126,5 @@ def make_variant(name: str, module: nn.Module, *, bucket_cap_mb: float = 25.0,
     return variant_class(name)(module, **options)
 
 
-__all__ = ["SHARDED_VARIANT_NAMES", "VARIANTS", "VARIANT_NAMES", "VariantInfo", "make_variant",
-           "variant_class"]
+__all__ = ["BUCKETED_VARIANT_NAMES", "DEFAULT_BUCKET_CAP_MIB", "VARIANTS", "VARIANT_NAMES",
+           "ReplayPolicy", "VariantInfo", "make_variant", "variant_class", "variant_info"]

@@ -109,10 +109,6 @@ class DataParallel(nn.Module):
         parameter."""
         return {id(p): name for name, p in self.module.named_parameters()}
 
-    def allreduces_per_sync(self) -> int | None:
-        """The ``all_reduce`` entry of :meth:`collectives_per_sync` (0 when it launches none)."""
-        return self.collectives_per_sync().get("all_reduce", 0)
-
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.module.parameters() if p.requires_grad]
 

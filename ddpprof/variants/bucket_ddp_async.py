@@ -12,12 +12,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from . import DEFAULT_BUCKET_CAP_MIB
 from .base import all_reduce_sum, wait_for
-from .buckets import BucketedDataParallel, assign_buckets
+from .buckets import BucketedDataParallel
 
 
 class BucketDDPAsync(BucketedDataParallel):
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0) -> None:
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB) -> None:
         super().__init__(module, bucket_cap_mb)
         self._offsets: list[list[int]] = []
         self.buffers: list[torch.Tensor] = []
@@ -64,4 +65,4 @@ class BucketDDPAsync(BucketedDataParallel):
             param.grad = self._slot(bucket, position) if used[position] else None
 
 
-__all__ = ["BucketDDPAsync", "assign_buckets"]
+__all__ = ["BucketDDPAsync"]

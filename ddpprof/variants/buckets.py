@@ -3,11 +3,9 @@ the backward hooks once all its gradients are ready: the machinery ``bucket_ddp_
 ``zero1`` and ``zero2`` share. What a bucket's collective is, and where its gradients live, is
 theirs.
 
-* Buckets are fixed at construction, from the parameters in reverse registration order (the
-  order backward roughly produces gradients), as PyTorch's Reducer does: a bucket closes once it
-  reaches ``bucket_cap_mb`` MiB. (PyTorch DDP caps its first bucket at 1 MiB only when
-  ``bucket_cap_mb`` is left unset; ``pytorch_ddp`` here always sets it, so the variants bucket
-  alike.) Every rank computes the same assignment, so the buffers line up.
+* Buckets are fixed at construction by :func:`.bucketing.assign_buckets` (PyTorch's Reducer's
+  rule, which ``ddpprof simulate`` replays too): reverse registration order, one dtype and
+  device per bucket, a bucket closing once it reaches ``bucket_cap_mb`` MiB.
 * Buckets are launched strictly in index order (a ready bucket waits for the ones before it),
   so every rank issues the same collectives in the same order whatever order the hooks fire in.
 * A parameter that got no gradient in the step's last micro-step is found when the step
@@ -23,28 +21,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..units import MIB
+from . import DEFAULT_BUCKET_CAP_MIB
 from .base import DataParallel
+from .bucketing import assign_buckets
 
 
-def assign_buckets(params: list[nn.Parameter], cap_bytes: int) -> list[list[int]]:
-    """Group ``params`` (in the order given) into buckets of one dtype and device each.
-
-    Returns lists of indices into ``params``, ordered by their first index; a bucket closes as
-    soon as its size reaches ``cap_bytes``, so a parameter larger than the cap gets one alone.
-    """
-    open_buckets: dict[tuple[torch.dtype, torch.device], tuple[list[int], int]] = {}
-    closed: list[list[int]] = []
-    for index, param in enumerate(params):
-        key = (param.dtype, param.device)
-        indices, size = open_buckets.pop(key, ([], 0))
-        indices.append(index)
-        size += param.numel() * param.element_size()
-        if size >= cap_bytes:
-            closed.append(indices)
-        else:
-            open_buckets[key] = (indices, size)
-    closed.extend(indices for indices, _ in open_buckets.values())
-    return sorted(closed, key=min)
+def parameter_buckets(params: list[nn.Parameter], cap_mib: float) -> list[list[int]]:
+    """:func:`.bucketing.assign_buckets` of ``params`` (in registration order): positions in
+    ``params``, bucket by bucket in launch order."""
+    return assign_buckets([p.numel() * p.element_size() for p in params], cap_mib * MIB,
+                          [(p.dtype, p.device) for p in params])
 
 
 class BucketedDataParallel(DataParallel):
@@ -55,14 +42,14 @@ class BucketedDataParallel(DataParallel):
     it and hand the reduced gradients to the optimizer).
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0) -> None:
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB) -> None:
         super().__init__(module)
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb}")
-        params = list(reversed(self.trainable_parameters()))
+        params = self.trainable_parameters()
         self.bucket_params: list[list[nn.Parameter]] = [
-            [params[i] for i in indices]
-            for indices in assign_buckets(params, int(bucket_cap_mb * 1024 * 1024))]
+            [params[i] for i in positions]
+            for positions in parameter_buckets(params, bucket_cap_mb)]
         self._position_of = {id(p): (b, pos) for b, members in enumerate(self.bucket_params)
                              for pos, p in enumerate(members)}
         self._ready: list[list[bool]] = []
@@ -71,7 +58,7 @@ class BucketedDataParallel(DataParallel):
         self._next_to_launch = 0
         self._reset_readiness()
         self._hook_handles = [p.register_post_accumulate_grad_hook(self._on_grad_ready)
-                              for p in params]
+                              for p in reversed(params)]
 
     def gradient_buckets(self) -> list[list[nn.Parameter]]:
         return [list(members) for members in self.bucket_params]

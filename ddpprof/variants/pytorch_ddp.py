@@ -8,13 +8,14 @@ from contextlib import contextmanager
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from . import DEFAULT_BUCKET_CAP_MIB
 from .base import DataParallel
 
 
 class PyTorchDDP(DataParallel):
     broadcasts_initial_state = False
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB,
                  gradient_as_bucket_view: bool = False,
                  find_unused_parameters: bool = False) -> None:
         device = next(module.parameters()).device

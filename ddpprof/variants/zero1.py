@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from . import DEFAULT_BUCKET_CAP_MIB
 from .base import all_gather, reduce_scatter_sum, wait_for
 from .buckets import BucketedDataParallel
 
@@ -83,7 +84,7 @@ class Zero1(BucketedDataParallel):
     #: Whether the whole bucket's gradient buffer persists (stage 1) or only the shard (stage 2).
     keeps_full_gradients = True
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0) -> None:
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB) -> None:
         super().__init__(module, bucket_cap_mb)
         self.shards = [self._flatten(members) for members in self.bucket_params]
 
