@@ -35,7 +35,9 @@ import msgspec
 
 from .errors import UsageError
 from .manifest import MANIFEST_NAME, MemoryRow, RunManifest, read_manifest
+from .metrics.comm import BUS_FACTOR
 from .report.table import Column, Table, columns
+from .units import GIB, MIB
 from .variants import VARIANTS
 
 PRECISIONS = ("fp32", "bf16-mixed")
@@ -123,9 +125,11 @@ def estimate_stage(parameters: int, world_size: int, stage: int, precision: str,
     sharded = (False, False, False) if stage == 0 else (stage >= 3, stage >= 2, True)
     sizes = [k * (shard if cut else parameters)
              for k, cut in zip((per.params, per.grads, per.optimizer), sharded, strict=True)]
-    ring = (world_size - 1) / world_size * parameters
-    comm = {0: 2 * ring * per.grads, 1: ring * (per.grads + per.params),
-            2: ring * (per.grads + per.params), 3: ring * (per.grads + 2 * per.params)}[stage]
+    # elements each rank moves per element reduced or gathered (nccl-tests' bus factors)
+    gather = BUS_FACTOR["all_gather"](world_size) * parameters
+    reduce = BUS_FACTOR["all_reduce"](world_size) * parameters
+    comm = {0: reduce * per.grads, 1: gather * (per.grads + per.params),
+            2: gather * (per.grads + per.params), 3: gather * (per.grads + 2 * per.params)}[stage]
     ks = (per.params, per.grads, per.optimizer)
     params_bytes, grads_bytes, optimizer_bytes = sizes
     return StageEstimate(
@@ -209,12 +213,12 @@ def find_runs(paths: list[Path]) -> list[Path]:
 def recorded_estimate(manifest: RunManifest) -> StageEstimate | None:
     """The estimate for a recorded run's variant, parameters and world size (fp32 AdamW, as
     ``record`` trains); None when the manifest does not say enough."""
-    config = manifest.config
-    if config.variant not in VARIANTS or not config.parameters or not config.world_size:
+    config, measured = manifest.config, manifest.measured
+    parameters = measured.parameters if measured else None
+    if config is None or config.variant not in VARIANTS or not parameters:
         return None
-    return estimate_stage(config.parameters, config.world_size,
-                          VARIANTS[config.variant].zero_stage, RECORDED_PRECISION,
-                          RECORDED_OPTIMIZER)
+    return estimate_stage(parameters, config.world_size, VARIANTS[config.variant].zero_stage,
+                          RECORDED_PRECISION, RECORDED_OPTIMIZER)
 
 
 def compare_run(path: Path) -> RunComparison:
@@ -223,11 +227,13 @@ def compare_run(path: Path) -> RunComparison:
     manifest = read_manifest(manifest_path)
     if manifest.status != "complete":
         raise UsageError(f"{manifest_path}: the run is {manifest.status!r}, not complete")
-    if manifest.config.variant not in VARIANTS:
-        raise UsageError(f"{manifest_path}: unknown variant {manifest.config.variant!r}")
+    config = manifest.config
+    variant = config.variant if config else None
+    if variant not in VARIANTS:
+        raise UsageError(f"{manifest_path}: unknown variant {variant!r}")
     estimate = recorded_estimate(manifest)
     if estimate is None:
-        raise UsageError(f"{manifest_path}: config needs 'parameters' and 'world_size'")
+        raise UsageError(f"{manifest_path}: no parameter count (measured.parameters)")
     rows = manifest.memory
     if not rows:
         raise UsageError(f"{manifest_path}: no 'memory' measurements (recorded by a ddpprof "
@@ -239,14 +245,14 @@ def compare_run(path: Path) -> RunComparison:
     ranks = [RankComparison(row.rank, estimate.total_bytes,
                             sum(getattr(row, k) for k in _MEASURED_KEYS), row)
              for row in sorted(rows, key=lambda r: r.rank)]
-    return RunComparison(manifest.run or path.name, path, manifest.config.variant,
-                         manifest.config.model or "", estimate, ranks)
+    return RunComparison(manifest.run or path.name, path, variant, config.model, estimate,
+                         ranks)
 
 
 # --- rows and documents ---------------------------------------------------------------------
 
 def _unit(largest_bytes: float) -> tuple[str, int]:
-    return ("gib", 1 << 30) if largest_bytes >= 1 << 30 else ("mib", 1 << 20)
+    return ("gib", GIB) if largest_bytes >= GIB else ("mib", MIB)
 
 
 def _sizes(unit: str, scale: int, *keys: str, wide: bool = False) -> list[Column]:

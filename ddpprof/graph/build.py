@@ -81,11 +81,13 @@ def prepare(trace: RankTrace, keep_last_step: bool = False,
     issuing = c10d | (host & ~cats(trace, lambda c: c in classify.HOST_WORK_CATEGORIES)) | (
         host & classify.per_name(trace, lambda n: bool(classify.HOST_COMM.search(n))))
     launch_of = _launches(trace, stream, kernels)
-    issued_by = _pairs(trace, np.flatnonzero(c10d), np.flatnonzero(host_comm))
+    # an op on the span's own thread needs no edge of its own
+    issued_by = {span: op for span, op in classify.issuing_ops(
+        trace, np.flatnonzero(host_comm)).items()
+        if trace.thread_id[span] != trace.thread_id[op]}
     index, numbers = classify.profiler_steps(trace, stream)
     last = LastStep.decide(classify.step_names(trace), keep_last_step)
-    if last == LastStep.DROPPED:
-        index, numbers = index[:-1], numbers[:-1]
+    index, numbers = last.analyzed(index), last.analyzed(numbers)
     steps = [(int(n), trace.names[trace.name_id[i]], float(trace.start_us[i]),
               float(trace.end_us[i]), int(trace.thread_id[i]))
              for i, n in zip(index, numbers, strict=True)]
@@ -103,17 +105,6 @@ def _launches(trace: RankTrace, stream: np.ndarray, kernels: np.ndarray) -> dict
     return {int(k): by_correlation[int(trace.correlation[k])]
             for k in np.flatnonzero(kernels & trace.has_correlation)
             if int(trace.correlation[k]) in by_correlation}
-
-
-def _pairs(trace: RankTrace, ops: np.ndarray, spans: np.ndarray) -> dict[int, int]:
-    """The k-th op issues the k-th span, when their counts agree (``classify.C10D_COLLECTIVE``
-    and the backend spans, as ``analysis.rank`` pairs them)."""
-    if ops.size != spans.size or not ops.size:
-        return {}
-    ops = ops[np.argsort(trace.start_us[ops], kind="stable")]
-    spans = spans[np.argsort(trace.start_us[spans], kind="stable")]
-    return {int(s): int(o) for o, s in zip(ops, spans, strict=True)
-            if trace.thread_id[s] != trace.thread_id[o]}
 
 
 @dataclass

@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..manifest import proc_stat_fields
+
 #: Set by ``ddpprof record`` in torchrun's environment: the ranks check that their parent's
 #: parent is this process.
 LAUNCHER_PID_ENV = "DDPPROF_LAUNCHER_PID"
@@ -93,11 +95,8 @@ def become_subreaper() -> bool:
 
 
 def parent_of(pid: int) -> int | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(text[text.rindex(")") + 2:].split()[1])
+    fields = proc_stat_fields(pid)
+    return int(fields[1]) if fields else None
 
 
 def can_list_children() -> bool:

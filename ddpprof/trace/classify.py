@@ -363,6 +363,28 @@ def collective_of(name: str, declared: str | None) -> str:
     return "unknown"
 
 
+def issuing_ops(trace: RankTrace, spans: np.ndarray) -> dict[int, int]:
+    """For each backend collective event of ``spans`` (indices), the ``c10d::`` op that issued
+    it: the k-th host c10d collective op, on whatever thread (DDP issues from autograd's
+    threads), pairs with the k-th event by start; where the counts differ nothing is paired.
+    The op names the collective, where a gloo span may not (:func:`issued_collective`)."""
+    ops = np.flatnonzero(per_name(trace, lambda n: bool(C10D_COLLECTIVE.match(n)))
+                         & (trace.stream < 0))
+    if ops.size != spans.size or not ops.size:
+        return {}
+    ops = ops[np.argsort(trace.start_us[ops], kind="stable")]
+    ordered = spans[np.argsort(trace.start_us[spans], kind="stable")]
+    return dict(zip(ordered.tolist(), ops.tolist(), strict=True))
+
+
+def issued_collective(trace: RankTrace, op: int) -> str:
+    """The collective a ``c10d::`` op issues (gloo runs a reduce-scatter as an all-reduce, and
+    names its span so, but the op says ``_reduce_scatter_base_``)."""
+    match = C10D_COLLECTIVE.match(trace.names[trace.name_id[op]])
+    assert match is not None, "not a c10d collective op"
+    return normalize_collective(match.group(1))
+
+
 def names_device_backend_span(name: str) -> bool:
     """The host side of a collective whose work is a device kernel (``nccl:*``)."""
     backend = host_backend(name)
