@@ -18,9 +18,11 @@ machine and backend they were measured on. It says ``running`` while the sweep r
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import stat
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -29,10 +31,13 @@ import msgspec
 from .atomic import json_text
 from .errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
 from .manifest import Owner, now_iso, owner_is_gone, validation_problem
+from .metrics.comm import BUS_FACTOR
+from .record.config import Launch
 from .report.table import columns
 from .run_folder import RunFolder
 from .simulate.cost import CostModel, fit_cost, traffic_bytes
 from .trace import discover
+from .units import MIB
 
 CALIBRATION_NAME = discover.CALIBRATION_NAME   # never read as a trace
 SWEEP_CONFIG = ".calibrate.json"
@@ -40,27 +45,19 @@ SWEEP_RESULT = ".calibrate_result.json"
 WORKER_MODULE = "workloads.calibrate"
 SCHEMA = "ddpprof.calibration"
 #: What rank 0 hands back: a few numbers per timed call.
-MAX_RESULT_BYTES = 64 * 2**20
+MAX_RESULT_BYTES = 64 * MIB
 
 Status = Literal["running", "complete", "failed", "interrupted"]
 
 
-class Sweep(msgspec.Struct, frozen=True, kw_only=True):
-    """What every rank of the sweep runs (``<out>/.calibrate.json``)."""
+@dataclass(frozen=True, kw_only=True)
+class Sweep(Launch):
+    """What every rank of the sweep runs (``<out>/.calibrate.json``): where (a
+    :class:`~ddpprof.record.config.Launch`, as a recorded run's), and which sizes how often."""
 
-    backend: str
-    nproc: int
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    timeout_s: float = 300.0
     sizes_bytes: list[int]
-    warmup_iters: int = 5
-    iters: int = 20
-
-    @property
-    def world_size(self) -> int:
-        return self.nproc * self.nnodes
+    warmup_iters: int
+    iters: int
 
 
 class SweepResult(msgspec.Struct, kw_only=True):
@@ -200,7 +197,7 @@ def summarize_points(result: SweepResult, sizes: list[int]) -> list[SweepPoint]:
         algbw = size / median / 1e3
         points.append(SweepPoint(size_bytes=size, time_us=median, time_min_us=min(times),
                                  time_max_us=max(times), algbw_gbps=algbw,
-                                 busbw_gbps=algbw * 2 * (n - 1) / n))
+                                 busbw_gbps=algbw * BUS_FACTOR["all_reduce"](n)))
     return points
 
 
@@ -262,7 +259,7 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
     from .record.failure import ERRORS_DIR, run_error
     from .record.launcher import resolve_backend, run_torchrun, torchrun_command
 
-    sweep = msgspec.structs.replace(sweep, backend=resolve_backend(sweep.backend))
+    sweep = dataclasses.replace(sweep, backend=resolve_backend(sweep.backend))
     validate(sweep)
     leader = sweep.node_rank == 0
     log = "calibrate.log" if leader else f"calibrate.node{sweep.node_rank}.log"

@@ -13,9 +13,11 @@ Its ``status`` is
 The API, for any reader (it imports neither torch nor anything heavy)::
 
     read_manifest(path: Path) -> RunManifest
-        Decode a run.json. Unknown fields are ignored and fields a manifest lacks read as None,
-        so older and newer manifests both read. A file that is not JSON, or a field of the wrong
-        type, raises ``UsageError("<path>: config.world_size: expected int, got str")``.
+        Decode a run.json. Unknown fields are ignored and fields a manifest lacks read as None
+        (a field of ``config`` as ``RunConfig``'s default), so older and newer manifests both
+        read; a version 1 or 2 file is read into version 3's form (:func:`_from_version_2`).
+        A file that is not JSON, or a field of the wrong type, raises
+        ``UsageError("<path>: config.steps: expected int, got str")``.
     read_run_manifest(folder: Path) -> RunManifest | None
         ``read_manifest(folder / "run.json")``, or None when the folder has none.
     effective_status(manifest: RunManifest) -> Status | None
@@ -27,26 +29,33 @@ The API, for any reader (it imports neither torch nor anything heavy)::
         ``interrupted by SIGTERM``), None for a complete run.
 
 New optional fields are added by giving them a default of None (``buckets``, ``memory``...).
+``config`` is the run's :class:`ddpprof.record.config.RunConfig` itself (version 3), so a new
+option needs nothing here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import socket
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 from .errors import UsageError
+from .record.config import RunConfig, decode_hook
+from .units import MIB
 
 MANIFEST_NAME = "run.json"
-#: 2: ``owner``, the ``interrupted`` status and ``error.signal``; version 1 files read the same.
-SCHEMA_VERSION = 2
+#: 3: ``config`` is the ``RunConfig`` itself and ``measured`` what the ranks reported (version
+#: 2 mixed both in ``config``, renamed); 2: ``owner``, the ``interrupted`` status and
+#: ``error.signal``. Version 1 and 2 files are read into version 3's form.
+SCHEMA_VERSION = 3
 #: A manifest is a few kilobytes per hundred steps; anything this big is not one.
-MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+MAX_MANIFEST_BYTES = 64 * MIB
 
 Status = Literal["running", "complete", "failed", "interrupted"]
 #: A run in one of these never stands for a good one (analyzed, gated, calibrated from).
@@ -79,14 +88,6 @@ class RunError(msgspec.Struct, kw_only=True):
     signal: str | None = None           # for an interrupted run: SIGINT, SIGTERM or SIGHUP
 
 
-class ProfilerSchedule(msgspec.Struct, kw_only=True):
-    wait: int
-    warmup: int
-    active: int
-    record_shapes: bool = True
-    profile_memory: bool | None = None
-
-
 class MemoryRow(msgspec.Struct, kw_only=True):
     """One rank's memory (``workloads/memory.py``): steady-state bytes counted from the tensors
     (each storage once), and peaks."""
@@ -111,37 +112,26 @@ class BucketRecord(msgspec.Struct, kw_only=True):
     param_index: list[int]              # their positions in named_parameters() order
     param_bytes: list[int]              # each parameter's gradient bytes (its full size)
     bytes: int                          # their sum: the gradient bytes the collective carries
+    param_dtypes: list[str] | None = None  # each parameter's dtype (``float32``); version 3
 
 
-class ManifestConfig(msgspec.Struct, kw_only=True):
-    """How the run was made: its configuration as resolved for the run, and what the ranks
-    measured of their environment. Every field may be absent (None) in a file."""
+class RunMeasurements(msgspec.Struct, kw_only=True):
+    """What the ranks reported of the run and of where it ran (rank 0 hands it over when the
+    run ends); every field may be absent (None) in a file."""
 
-    variant: str | None = None
-    model: str | None = None
-    model_path: str | None = None
     parameters: int | None = None
-    world_size: int | None = None
-    nproc_per_node: int | None = None
-    nnodes: int | None = None
-    backend: str | None = None
-    devices: list[str] | None = None
+    world_size: int | None = None       # the process group's, as the ranks saw it
+    devices: list[str] | None = None    # one per rank
     threads_per_rank: int | None = None
     torch_version: str | None = None
-    global_batch: int | None = None
-    grad_accum: int | None = None
-    micro_batch_per_rank: int | None = None
-    bucket_cap_mb: float | None = None  # MiB (DDP's bucket_cap_mb is MiB despite its name)
-    gradient_as_bucket_view: bool | None = None
-    seq_len: int | None = None
-    steps: int | None = None
-    seed: int | None = None
-    lr: float | None = None
-    timeout_s: float | None = None
-    data: str | None = None
-    profiler: ProfilerSchedule | None = None
-    allreduces_per_sync: int | None = None
+    #: Collectives one optimizer step launches, by kind (``all_reduce``, ``reduce_scatter``,
+    #: ...): what the variant says (``DataParallel.collectives_per_sync``).
     collectives_per_sync: dict[str, int | None] | None = None
+    seq_len: int | None = None          # a language model's sequence length; None for others
+
+    @property
+    def allreduces_per_sync(self) -> int | None:
+        return (self.collectives_per_sync or {}).get("all_reduce")
 
 
 class StepRecord(msgspec.Struct, kw_only=True):
@@ -173,7 +163,10 @@ class RunManifest(msgspec.Struct, kw_only=True):
     started: str | None = None
     finished: str | None = None
     elapsed_s: float | None = None
-    config: ManifestConfig = msgspec.field(default_factory=ManifestConfig)
+    #: The run's configuration, every default resolved (its variant's gradient accumulation,
+    #: the backend); None for a folder ddpprof did not record.
+    config: RunConfig | None = None
+    measured: RunMeasurements | None = None
     command: list[str] | None = None
     owner: Owner | None = None
     error: RunError | None = None
@@ -201,11 +194,98 @@ def read_manifest(path: Path) -> RunManifest:
 
 def manifest_from_json(document: object, where: object) -> RunManifest:
     """A decoded run.json as a :class:`RunManifest`; a field of the wrong type is a
-    ``UsageError`` naming ``where`` and the field."""
+    ``UsageError`` naming ``where`` and the field. A file of version 1 or 2 (or of none) is
+    read into version 3's form."""
+    version = document.get("schema_version") if isinstance(document, dict) else None
     try:
-        return msgspec.convert(document, RunManifest)
+        if isinstance(version, int) and not isinstance(version, bool) and version >= 3:
+            manifest = msgspec.convert(document, RunManifest, dec_hook=decode_hook)
+            if manifest.config is not None:  # every field in the object, defaults included
+                manifest.config = dataclasses.replace(manifest.config)
+            return manifest
+        return _from_version_2(msgspec.convert(document, _ManifestV2))
     except msgspec.ValidationError as error:
         raise UsageError(f"{where}: {validation_problem(error)}") from None
+
+
+class _ProfilerV2(msgspec.Struct, kw_only=True):
+    wait: int
+    warmup: int
+    active: int
+
+
+class _ConfigV2(msgspec.Struct, kw_only=True):
+    """``config`` of a version 1 or 2 run.json: the configuration, renamed, with what the
+    ranks measured."""
+
+    variant: str | None = None
+    model: str | None = None
+    model_path: str | None = None
+    parameters: int | None = None
+    world_size: int | None = None
+    nproc_per_node: int | None = None
+    nnodes: int | None = None
+    backend: str | None = None
+    devices: list[str] | None = None
+    threads_per_rank: int | None = None
+    torch_version: str | None = None
+    global_batch: int | None = None
+    grad_accum: int | None = None
+    bucket_cap_mb: float | None = None
+    gradient_as_bucket_view: bool | None = None
+    seq_len: int | None = None
+    steps: int | None = None
+    seed: int | None = None
+    lr: float | None = None
+    timeout_s: float | None = None
+    data: str | None = None
+    profiler: _ProfilerV2 | None = None
+    allreduces_per_sync: int | None = None
+    collectives_per_sync: dict[str, int | None] | None = None
+
+
+class _ManifestV2(RunManifest, kw_only=True):
+    config: _ConfigV2 | None = None     # type: ignore[assignment]
+
+
+def _from_version_2(old: _ManifestV2) -> RunManifest:
+    """A version 1 or 2 manifest in version 3's form: ``config`` mapped onto ``RunConfig``
+    (``nproc_per_node`` is ``nproc``; ``profiler`` gives ``wait``, ``warmup``, ``active`` and
+    ``profile``; ``data: synthetic`` is none), each field it lacks at ``RunConfig``'s default,
+    and none at all without a variant (not a run's configuration); what the ranks measured
+    goes to ``measured``."""
+    fields = {f: getattr(old, f) for f in RunManifest.__struct_fields__}
+    legacy = old.config
+    if legacy is None:
+        return RunManifest(**{**fields, "config": None})
+    collectives = legacy.collectives_per_sync or (
+        {"all_reduce": legacy.allreduces_per_sync}
+        if legacy.allreduces_per_sync is not None else None)
+    measured = RunMeasurements(
+        parameters=legacy.parameters, world_size=legacy.world_size, devices=legacy.devices,
+        threads_per_rank=legacy.threads_per_rank, torch_version=legacy.torch_version,
+        collectives_per_sync=collectives, seq_len=legacy.seq_len)
+    config = None
+    if legacy.variant is not None:
+        nnodes = legacy.nnodes or 1
+        schedule = legacy.profiler
+        given: dict[str, Any] = {
+            "variant": legacy.variant, "model": legacy.model,
+            "model_path": Path(legacy.model_path) if legacy.model_path else None,
+            "data": Path(legacy.data) if legacy.data not in (None, "synthetic") else None,
+            "nproc": legacy.nproc_per_node or (legacy.world_size // nnodes
+                                                 if legacy.world_size else None),
+            "nnodes": legacy.nnodes, "backend": legacy.backend,
+            "global_batch": legacy.global_batch, "grad_accum": legacy.grad_accum,
+            "bucket_cap_mb": legacy.bucket_cap_mb,
+            "gradient_as_bucket_view": legacy.gradient_as_bucket_view,
+            "seq_len": legacy.seq_len, "steps": legacy.steps, "seed": legacy.seed,
+            "lr": legacy.lr, "timeout_s": legacy.timeout_s,
+            "profile": schedule is not None,
+            **({"wait": schedule.wait, "warmup": schedule.warmup, "active": schedule.active}
+               if schedule else {})}
+        config = RunConfig(**{key: value for key, value in given.items() if value is not None})
+    return RunManifest(**{**fields, "config": config, "measured": measured})
 
 
 def read_run_manifest(folder: Path) -> RunManifest | None:
@@ -258,7 +338,7 @@ def process_start_ticks(pid: int) -> int | None:
     """When the kernel started process ``pid``, in clock ticks after boot (``/proc/<pid>/stat``
     field 22; exact, unlike a wall-clock time, which moves when the clock is set); None where
     that cannot be read."""
-    fields = _stat_fields(pid)
+    fields = proc_stat_fields(pid)
     return int(fields[19]) if fields else None
 
 
@@ -268,7 +348,7 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def proc_stat_fields(pid: int) -> list[str] | None:
     """``/proc/<pid>/stat`` after the command name, so index 0 is field 3 (the state)."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
@@ -278,7 +358,7 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 
 def _process_state(pid: int) -> str | None:
-    fields = _stat_fields(pid)
+    fields = proc_stat_fields(pid)
     return fields[0] if fields else None
 
 

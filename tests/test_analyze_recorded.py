@@ -74,7 +74,7 @@ def test_sharded_collectives_per_step_are_what_each_variant_launches(all_variant
     out, _ = all_variants
     runs, *_ = analyzed
     for name in ("zero1", "zero2", "fsdp"):
-        expected = json.loads((out / name / "run.json").read_text())["config"][
+        expected = json.loads((out / name / "run.json").read_text())["measured"][
             "collectives_per_sync"]
         for kind in ("reduce_scatter", "all_gather"):
             assert runs[name][f"{kind}_calls_per_step"] == expected[kind], (name, kind)

@@ -185,7 +185,8 @@ def test_grad_accum_opportunity(tmp_path):
     found = codes(cpu_run(tmp_path / "single_step", exposed))["grad_accum_opportunity"]
     assert found.estimated_gain_pct == pytest.approx(20)   # 40 % exposed, halved
     accumulated = cpu_run(tmp_path / "accumulated", exposed,
-                          manifest={"status": "complete", "config": {"grad_accum": 2}})
+                          manifest={"status": "complete", "schema_version": 3, "config": {
+                              "variant": "simple_ddp_ga", "grad_accum": 2}})
     assert "grad_accum_opportunity" not in codes(accumulated)
 
 

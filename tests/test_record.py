@@ -32,13 +32,13 @@ def test_every_variant_records_traces_and_a_complete_manifest(all_variants):
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(VARIANT_NAMES)
     for variant in VARIANT_NAMES:
         manifest = json.loads((out / variant / "run.json").read_text())
-        config = manifest["config"]
+        config, measured = manifest["config"], manifest["measured"]
         world = 1 if variant == "single" else 2
-        assert manifest["status"] == "complete"
-        assert config["variant"] == variant and config["world_size"] == world
-        assert config["backend"] == "gloo" and config["parameters"] == 1_462_538
+        assert manifest["status"] == "complete" and manifest["schema_version"] == 3
+        assert config["variant"] == variant and config["nproc"] == measured["world_size"] == world
+        assert config["backend"] == "gloo" and measured["parameters"] == 1_462_538
         assert config["grad_accum"] == (2 if variant == "simple_ddp_ga" else 1)
-        assert config["torch_version"] and len(config["devices"]) == world
+        assert measured["torch_version"] and len(measured["devices"]) == world
         assert manifest["traces"] == [f"rank{r}.pt.trace.json.gz" for r in range(world)]
         assert [s["phase"] for s in manifest["steps"]] == [
             "wait", "warmup", "active", "active", "after"]
@@ -63,8 +63,8 @@ def test_all_variants_train_the_same_model(all_variants):
 
 def test_allreduces_per_sync_is_what_each_variant_launches(all_variants):
     out, _ = all_variants
-    launched = {v: json.loads((out / v / "run.json").read_text())["config"]["allreduces_per_sync"]
-                for v in VARIANT_NAMES}
+    launched = {v: json.loads((out / v / "run.json").read_text())["measured"][
+        "collectives_per_sync"].get("all_reduce", 0) for v in VARIANT_NAMES}
     per_parameter = 8  # mlp-small: 4 Linear layers, weight and bias each
     # 1 MiB cap, reverse order: [b4 w4 b3 w3 b2 w2] reaches 2.6 MB, then [b1 w1]. The Reducer
     # rebuilds its buckets in gradient-ready order (the same reverse order here) with a first
@@ -138,7 +138,7 @@ def test_two_nodes_on_localhost_with_c10d_rendezvous(tmp_path):
         info = load_trace(run / f"rank{rank}.pt.trace.json.gz")["distributedInfo"]
         assert (info["rank"], info["world_size"]) == (rank, 2)
     manifest = json.loads((run / "run.json").read_text())
-    assert manifest["status"] == "complete" and manifest["config"]["world_size"] == 2
+    assert manifest["status"] == "complete" and manifest["measured"]["world_size"] == 2
     assert manifest["config"]["nnodes"] == 2
 
 
@@ -158,8 +158,8 @@ def test_language_model_from_a_local_checkpoint_and_data_file(tmp_path, ddpprof_
                          "--out", str(tmp_path / "traces"))
     assert result.returncode == 0, result.stderr
     manifest = json.loads((tmp_path / "traces/pytorch_ddp/run.json").read_text())
-    assert manifest["config"]["seq_len"] == 32
-    assert manifest["config"]["parameters"] == sum(
+    assert manifest["config"]["seq_len"] == manifest["measured"]["seq_len"] == 32
+    assert manifest["measured"]["parameters"] == sum(
         p.numel() for p in LlamaForCausalLM.from_pretrained(tmp_path / "ckpt").parameters())
     assert manifest["throughput"]["tokens_per_s"] == pytest.approx(
         manifest["throughput"]["samples_per_s"] * 32)

@@ -126,7 +126,7 @@ def test_report_of_every_recorded_variant(all_variants, tmp_path, ddpprof_cli):
     # all-reduces
     assert f'data-figures="{6 + len(runs) + with_buckets}"' in page
     assert "Memory per rank, measured (solid) and estimated (hatched)" in page
-    version = json.loads((out / "single" / "run.json").read_text())["config"]["torch_version"]
+    version = json.loads((out / "single" / "run.json").read_text())["measured"]["torch_version"]
     assert f"<dt>torch</dt><dd>{version}</dd>" in page
     # every run has a speedup against single, whose own is 1 by definition
     comparison = page[page.index('<table id="comparison">'):]

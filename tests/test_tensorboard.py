@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def test_tensorboard_plugin_sees_every_rank_step_and_collective(all_variants, variant):
     out, _ = all_variants
     manifest = json.loads((out / variant / "run.json").read_text())
-    world = manifest["config"]["world_size"]
+    world = manifest["measured"]["world_size"]
     active = [str(s["step"]) for s in manifest["steps"] if s["phase"] == "active"]
     result = subprocess.run([sys.executable, str(Path(__file__).with_name("tensorboard_view.py")),
                              str(out / variant)], capture_output=True, text=True, timeout=300)

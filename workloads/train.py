@@ -35,12 +35,13 @@ import msgspec
 import torch
 import torch.distributed as dist
 
-from ddpprof.manifest import BucketRecord
+from ddpprof.manifest import BucketRecord, RunMeasurements
 from ddpprof.record.config import CONFIG_FILE, RunConfig
 from ddpprof.record.failure import ERRORS_DIR
 from ddpprof.record.measurements import WORKER_RESULT, WorkerResult
 from ddpprof.run_folder import RunFolder
-from ddpprof.variants import make_variant
+from ddpprof.units import MIB
+from ddpprof.variants import VARIANTS, make_variant
 from ddpprof.variants.base import DataParallel
 
 from .data import BatchSource, build_data, checkpoint_tokenizer, shard
@@ -126,7 +127,7 @@ def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSour
 
 def bucket_records(model: DataParallel) -> list[BucketRecord] | None:
     """``run.json``'s ``buckets``: each gradient collective's parameters, by name, with their
-    positions in the model's registration order and their gradient bytes."""
+    positions in the model's registration order, their gradient bytes and dtypes."""
     buckets = model.gradient_buckets()
     if buckets is None:
         return None
@@ -138,7 +139,8 @@ def bucket_records(model: DataParallel) -> list[BucketRecord] | None:
         records.append(BucketRecord(
             params=[names[id(p)] for p in params],
             param_index=[position[id(p)] for p in params], param_bytes=sizes,
-            bytes=sum(sizes)))
+            bytes=sum(sizes),
+            param_dtypes=[str(p.dtype).removeprefix("torch.") for p in params]))
     return records
 
 
@@ -174,12 +176,12 @@ def export_trace_into(folder: RunFolder, name: str, prof: torch.profiler.profile
         peaks = profiled_peaks(plain, device)
         with folder.replacing(name) as stream, open(plain, "rb") as source, \
                 gzip.GzipFile(filename="", mode="wb", fileobj=stream, compresslevel=6) as packed:
-            shutil.copyfileobj(source, packed, 4 * 1024 * 1024)
+            shutil.copyfileobj(source, packed, 4 * MIB)
     return peaks
 
 
 def run(config: RunConfig, folder: RunFolder) -> None:
-    distributed = config.variant != "single"
+    distributed = VARIANTS[config.variant].distributed
     rank = int(os.environ.get("RANK", 0)) if distributed else 0
     local_rank = int(os.environ.get("LOCAL_RANK", 0)) if distributed else 0
     device = _device_for(config.backend, local_rank)
@@ -246,15 +248,15 @@ def run(config: RunConfig, folder: RunFolder) -> None:
         devices = [None] * world_size
         dist.all_gather_object(devices, _device_name(device))
     if rank == 0:
-        result = WorkerResult(
+        measured = RunMeasurements(
             parameters=count_parameters(module), world_size=world_size, devices=devices,
-            threads_per_rank=torch.get_num_threads(),
-            allreduces_per_sync=model.allreduces_per_sync(),
-            collectives_per_sync=model.collectives_per_sync(), memory=memory_per_rank,
-            buckets=bucket_records(model),
-            step_wall_s=step_times.tolist(), step_sync_s=sync_times.tolist(),
-            step_loss=step_losses.tolist(),
+            threads_per_rank=torch.get_num_threads(), torch_version=str(torch.__version__),
+            collectives_per_sync=model.collectives_per_sync(),
             seq_len=config.seq_len if info.is_language_model else None)
+        result = WorkerResult(
+            measured=measured, memory=memory_per_rank, buckets=bucket_records(model),
+            step_wall_s=step_times.tolist(), step_sync_s=sync_times.tolist(),
+            step_loss=step_losses.tolist())
         folder.write_text(WORKER_RESULT, msgspec.json.encode(result).decode())
     if distributed:
         dist.barrier()
@@ -294,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"usage: python -m workloads.train RUN_FOLDER/{CONFIG_FILE}")
     config_path = Path(args[0])
     with errors_recorded(config_path.parent) as folder:
-        run(RunConfig.from_json(folder.read_bytes(config_path.name, 1024 * 1024)), folder)
+        run(RunConfig.from_json(folder.read_bytes(config_path.name, MIB)), folder)
         # Variants' hooks hold reference cycles; freed at interpreter shutdown, a gloo rank now
         # and then aborts ("terminate called without an active exception").
         gc.collect()

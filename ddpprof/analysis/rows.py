@@ -16,6 +16,7 @@ import msgspec
 
 from ..manifest import MemoryRow
 from ..metrics.comm import CollectiveStats
+from ..units import MIB
 from .results import Analysis, RankResult, RunProblem, RunResult
 
 SCHEMA_VERSION = 2
@@ -200,22 +201,26 @@ def run_row(run: RunResult) -> RunRow:
     members = [row.metrics for row in rows]
     most_compute = max(rows, key=lambda r: r.metrics.compute_ms).rank
     first = run.ranks[0]
-    config, throughput = run.manifest.config, run.manifest.throughput
+    manifest, throughput = run.manifest, run.manifest.throughput
+    config = manifest.config   # None: not a run ddpprof recorded
     return RunRow(
-        run=run.name, status=run.status, variant=config.variant, model=config.model,
-        world_size=first.world_size or config.world_size,
-        backend=first.backend or config.backend, kind=first.kind,
+        run=run.name, status=run.status, variant=config.variant if config else None,
+        model=config.model if config else None,
+        world_size=first.world_size or (config.world_size if config else None),
+        backend=first.backend or (config.backend if config else None), kind=first.kind,
         ranks=len(run.ranks), missing_ranks=ranges_text(run.missing_ranks), steps=first.steps,
-        last_step=run.last_step.value, global_batch=config.global_batch,
-        grad_accum=config.grad_accum, bucket_cap_mb=config.bucket_cap_mb,
+        last_step=run.last_step.value, global_batch=config.global_batch if config else None,
+        grad_accum=config.grad_accum if config else None,
+        bucket_cap_mb=config.bucket_cap_mb if config else None,
         metrics=RankMetrics.mean(members), share_range=ShareRange.of(members),
         slowest_rank=run.slowest_rank,
         straggler_rank=run.slowest_rank if run.slowest_rank is not None else most_compute,
         samples_per_s=throughput.samples_per_s if throughput else None,
-        expected_allreduces_per_step=config.allreduces_per_sync,
+        expected_allreduces_per_step=manifest.measured.allreduces_per_sync
+        if manifest.measured else None,
         peak_memory_mib=max((m for m in map(peak_memory_mib, run.manifest.memory or [])
                              if m is not None), default=None),
-        state_memory_mib=_mean([row.state_bytes / 2**20 for row in run.manifest.memory or []
+        state_memory_mib=_mean([row.state_bytes / MIB for row in run.manifest.memory or []
                                 if row.state_bytes is not None]))
 
 
@@ -224,7 +229,7 @@ def peak_memory_mib(row: MemoryRow) -> float | None:
     process's peak resident set (CPU)."""
     peak = row.peak_allocated_bytes if row.peak_allocated_bytes is not None else (
         row.peak_rss_bytes)
-    return None if peak is None else peak / 2**20
+    return None if peak is None else peak / MIB
 
 
 def memory_of(run: RunResult, rank: int) -> MemoryRow | None:

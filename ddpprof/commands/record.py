@@ -49,15 +49,17 @@ class RecordDocument:
 
 
 def row(outcome: RunOutcome) -> RecordRow:
-    config, speed = outcome.manifest.config, outcome.manifest.throughput
+    manifest, speed = outcome.manifest, outcome.manifest.throughput
+    config = manifest.config
+    assert config is not None  # record writes it before the launch
     return RecordRow(
         run=outcome.run_dir.name, variant=outcome.variant, status=outcome.status,
         model=config.model, ranks=config.world_size, grad_accum=config.grad_accum,
         bucket_cap_mib=config.bucket_cap_mb,
         step_ms=speed.median_step_s * 1e3 if speed and speed.median_step_s else None,
         samples_per_s=speed.samples_per_s if speed else None,
-        allreduces_per_step=config.allreduces_per_sync, folder=str(outcome.run_dir),
-        error=outcome.error)
+        allreduces_per_step=manifest.measured.allreduces_per_sync if manifest.measured
+        else None, folder=str(outcome.run_dir), error=outcome.error)
 
 
 def record(variants: list[str], models: list[str], nprocs: list[int], bucket_caps_mib: list[float],

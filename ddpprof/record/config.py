@@ -6,7 +6,8 @@
 * The launcher resolves it for each run (the variant, its gradient accumulation, the backend)
   and writes it to ``<run folder>/.config.json``; the worker (``workloads/train.py``) reads that
   file and hands the object to its plain training loop, as torchtitan hands its one config.
-* ``run.json`` records it under ``config``, beside what the ranks measured.
+* ``run.json`` records it itself under ``config`` (``ddpprof.manifest``), beside what the ranks
+  measured. It imports no torch: the analysis side reads it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import click
 import msgspec
 
 from .. import options
+from ..variants import BUCKETED_VARIANT_NAMES, DEFAULT_BUCKET_CAP_MIB
 
 CONFIG_FILE = ".config.json"
 BACKENDS = ("auto", "gloo", "nccl")
@@ -32,7 +34,31 @@ def cli(help: str, type: click.ParamType | None = None, flag: bool = False) -> d
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class Launch:
+    """Where a launch's ranks run: what ``torchrun`` is told. A recorded run's
+    (:class:`RunConfig`) and ``ddpprof calibrate``'s sweep's."""
+
+    backend: str = field(default="auto", metadata=cli(
+        "auto: nccl when CUDA GPUs are visible, else gloo.", click.Choice(BACKENDS)))
+    nproc: int = field(default=2, metadata=cli("Ranks per node.", options.POSITIVE_INT))
+    nnodes: int = field(default=1, metadata=cli("Nodes taking part.", options.POSITIVE_INT))
+    node_rank: int = field(default=0, metadata=cli(
+        "This node's rank, 0 to --nnodes - 1.", options.NON_NEGATIVE_INT))
+    rdzv_endpoint: str | None = field(default=None, metadata=cli(
+        "HOST:PORT of the c10d rendezvous (several nodes).", options.ENDPOINT))
+    timeout_s: float = field(default=300.0, metadata=cli(
+        "Seconds before a rank stuck in a collective fails, and before a rendezvous that has "
+        "not started the ranks fails.", options.TIMEOUT_S))
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+
+@dataclass(frozen=True)
+class RunConfig(Launch):
+    """A recorded run: where it runs (:class:`Launch`), and what it trains and profiles."""
+
     # record takes several variants (--variant a,b|all) and runs each with this set to one
     variant: str = "bucket_ddp_async"
     model: str = field(default="mlp-large", metadata=cli(
@@ -45,43 +71,29 @@ class RunConfig:
         "A local tokenizer folder for --data; default: --model-path's, else bytes.", PATH))
     seq_len: int = field(default=256, metadata=cli(
         "Tokens per sequence (language models).", options.POSITIVE_INT))
-    nproc: int = field(default=2, metadata=cli("Ranks per node.", options.POSITIVE_INT))
     steps: int = field(default=8, metadata=cli("Optimizer steps.", options.POSITIVE_INT))
     global_batch: int = field(default=1024, metadata=cli(
         "Samples per optimizer step, across all ranks and micro-steps.", options.POSITIVE_INT))
     grad_accum: int | None = field(default=None, metadata=cli(
         "Micro-steps per optimizer step [default: 1; 2 for simple_ddp_ga].",
         options.POSITIVE_INT))
-    bucket_cap_mb: float = field(default=25.0, metadata=cli(
-        "Gradient bucket size in MiB (bucket_ddp_async, pytorch_ddp).", options.POSITIVE_FLOAT))
+    bucket_cap_mb: float = field(default=DEFAULT_BUCKET_CAP_MIB, metadata=cli(
+        f"Gradient bucket size in MiB ({', '.join(BUCKETED_VARIANT_NAMES)}).",
+        options.POSITIVE_FLOAT))
     gradient_as_bucket_view: bool = field(default=False, metadata=cli(
         "pytorch_ddp's option of that name.", flag=True))
-    backend: str = field(default="auto", metadata=cli(
-        "auto: nccl when CUDA GPUs are visible, else gloo.", click.Choice(BACKENDS)))
     wait: int = field(default=1, metadata=cli(
         "Profiler schedule: steps skipped.", options.NON_NEGATIVE_INT))
     warmup: int = field(default=2, metadata=cli(
         "Profiler schedule: warm-up steps.", options.NON_NEGATIVE_INT))
     active: int = field(default=3, metadata=cli(
         "Profiler schedule: traced steps.", options.POSITIVE_INT))
-    nnodes: int = field(default=1, metadata=cli("Nodes taking part.", options.POSITIVE_INT))
-    node_rank: int = field(default=0, metadata=cli(
-        "This node's rank, 0 to --nnodes - 1.", options.NON_NEGATIVE_INT))
-    rdzv_endpoint: str | None = field(default=None, metadata=cli(
-        "HOST:PORT of the c10d rendezvous (several nodes).", options.ENDPOINT))
     lr: float = field(default=1e-3, metadata=cli(
         "AdamW's learning rate.", options.NON_NEGATIVE_FLOAT))
     seed: int = field(default=0, metadata=cli(
         "Seed of the data and of the initial weights.", options.SEED))
-    timeout_s: float = field(default=300.0, metadata=cli(
-        "Seconds before a rank stuck in a collective fails, and before a rendezvous that has "
-        "not started the ranks fails.", options.TIMEOUT_S))
     # bench times unprofiled runs; not an option of record
     profile: bool = True
-
-    @property
-    def world_size(self) -> int:
-        return self.nproc * self.nnodes
 
     @property
     def micro_batch_per_rank(self) -> int:
@@ -91,15 +103,13 @@ class RunConfig:
         return dataclasses.replace(self, **changes)
 
     def to_json(self) -> bytes:
-        return msgspec.json.encode(self, enc_hook=_encode)
+        return msgspec.json.encode(self, enc_hook=encode_hook)
 
     @classmethod
     def from_json(cls, data: bytes) -> RunConfig:
-        return msgspec.json.decode(data, type=cls, dec_hook=_decode)
-
-    @classmethod
-    def read(cls, path: Path) -> RunConfig:
-        return cls.from_json(path.read_bytes())
+        # msgspec leaves the fields a document lacks on the class: replace() puts every field
+        # on the object, so that encoding it again writes them all
+        return dataclasses.replace(msgspec.json.decode(data, type=cls, dec_hook=decode_hook))
 
 
 def option_fields() -> list[dataclasses.Field]:
@@ -107,13 +117,15 @@ def option_fields() -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(RunConfig) if "help" in f.metadata]
 
 
-def _encode(value: Any) -> Any:
+def encode_hook(value: Any) -> Any:
+    """msgspec's hook for the types it does not encode itself (``Path``)."""
     if isinstance(value, Path):
         return str(value)
     raise NotImplementedError(type(value))
 
 
-def _decode(kind: type, value: Any) -> Any:
+def decode_hook(kind: type, value: Any) -> Any:
+    """msgspec's hook for the types it does not decode itself (``Path``)."""
     if kind is Path:
         return Path(value)
     raise NotImplementedError(kind)

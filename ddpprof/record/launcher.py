@@ -17,7 +17,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import msgspec
 
@@ -27,9 +26,7 @@ from ..manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     SCHEMA_VERSION,
-    ManifestConfig,
     Owner,
-    ProfilerSchedule,
     RunError,
     RunManifest,
     now_iso,
@@ -40,7 +37,7 @@ from ..progress import Progress
 from ..run_folder import FOLDER_ID_ENV, RunFolder
 from ..variants import VARIANT_NAMES, VARIANTS
 from . import folders, grid, measurements, process
-from .config import CONFIG_FILE, RunConfig
+from .config import CONFIG_FILE, Launch, RunConfig, encode_hook
 from .failure import run_error
 
 WORKER_MODULE = "workloads.train"
@@ -78,7 +75,7 @@ class Recording:
         return config.replace(
             variant=variant, backend=backend,
             grad_accum=config.grad_accum or VARIANTS[variant].default_grad_accum,
-            nproc=1 if variant == "single" else config.nproc)
+            nproc=config.nproc if VARIANTS[variant].distributed else 1)
 
     @property
     def log_name(self) -> str:
@@ -156,8 +153,10 @@ def validate(recording: Recording) -> None:
                          f"{config.nnodes}")
     if config.nnodes > 1 and not config.rdzv_endpoint:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT")
-    if config.nnodes > 1 and "single" in recording.variants:
-        raise UsageError("variant 'single' runs one process; it cannot span --nnodes > 1")
+    one_process = [v for v in recording.variants if not VARIANTS[v].distributed]
+    if config.nnodes > 1 and one_process:
+        raise UsageError(f"variant {one_process[0]!r} runs one process; it cannot span "
+                         "--nnodes > 1")
     for planned in recording.runs():
         run = recording.run_config(planned.variant, config.backend, planned.config)
         if config.global_batch % (run.world_size * run.grad_accum):
@@ -172,20 +171,7 @@ def validate(recording: Recording) -> None:
                              f"but {gpus} CUDA GPU(s) are visible")
 
 
-class Topology(Protocol):
-    """Where a launch's ranks run: a ``RunConfig``, or ``ddpprof calibrate``'s sweep."""
-
-    @property
-    def nproc(self) -> int: ...
-    @property
-    def nnodes(self) -> int: ...
-    @property
-    def rdzv_endpoint(self) -> str | None: ...
-    @property
-    def timeout_s(self) -> float: ...
-
-
-def torchrun_command(config: Topology, run_dir: Path, rdzv_id: str,
+def torchrun_command(config: Launch, run_dir: Path, rdzv_id: str,
                      worker: str = WORKER_MODULE, config_file: str = CONFIG_FILE) -> list[str]:
     """torchrun running ``python -m worker RUN_DIR/config_file`` on every rank."""
     command = [sys.executable, "-m", "torch.distributed.run",
@@ -254,8 +240,8 @@ def record_one(recording: Recording, config: RunConfig, folder: RunFolder, progr
     writes_manifest = config.node_rank == 0
     command = torchrun_command(config, run_dir, recording.name or run_dir.name)
     manifest = RunManifest(schema_version=SCHEMA_VERSION, status="running", run=run_dir.name,
-                           started=now_iso(), config=manifest_config(config),
-                           command=command, owner=Owner.current())
+                           started=now_iso(), config=config, command=command,
+                           owner=Owner.current())
     folder.write_text(CONFIG_FILE, config.to_json().decode())
     if writes_manifest:
         write_manifest(folder, manifest)
@@ -387,23 +373,6 @@ class Watchdog:
                 os.kill(self.torchrun.pid, signal.SIGKILL)
 
 
-def manifest_config(config: RunConfig) -> ManifestConfig:
-    return ManifestConfig(
-        variant=config.variant, model=config.model,
-        model_path=str(config.model_path) if config.model_path else None,
-        world_size=config.world_size, nproc_per_node=config.nproc, nnodes=config.nnodes,
-        backend=config.backend, global_batch=config.global_batch,
-        grad_accum=config.grad_accum, micro_batch_per_rank=config.micro_batch_per_rank,
-        bucket_cap_mb=config.bucket_cap_mb,
-        gradient_as_bucket_view=config.gradient_as_bucket_view, steps=config.steps,
-        seed=config.seed, lr=config.lr, timeout_s=config.timeout_s,
-        data=str(config.data) if config.data else "synthetic",
-        profiler=ProfilerSchedule(wait=config.wait, warmup=config.warmup,
-                                  active=config.active, profile_memory=True)
-        if config.profile else None,
-        torch_version=_torch_version())
-
-
 def read_worker_result(folder: RunFolder) -> measurements.WorkerResult | None:
     """What rank 0 handed over, or None when it wrote nothing."""
     try:
@@ -415,32 +384,23 @@ def read_worker_result(folder: RunFolder) -> measurements.WorkerResult | None:
 
 def add_measurements(manifest: RunManifest, result: measurements.WorkerResult,
                      config: RunConfig) -> None:
-    manifest.config.parameters = result.parameters
-    manifest.config.devices = result.devices
-    manifest.config.threads_per_rank = result.threads_per_rank
-    manifest.config.allreduces_per_sync = result.allreduces_per_sync
-    manifest.config.collectives_per_sync = result.collectives_per_sync
+    manifest.measured = result.measured
     manifest.memory = result.memory
     manifest.buckets = result.buckets
-    manifest.config.seq_len = result.seq_len
+    seq_len = result.measured.seq_len
     phases = measurements.step_phases(config.steps, config.wait, config.warmup, config.active,
                                       config.profile)
     manifest.steps = measurements.step_records(result.step_wall_s, result.step_loss, phases,
-                                               config.global_batch, result.seq_len,
+                                               config.global_batch, seq_len,
                                                result.step_sync_s)
-    manifest.throughput = measurements.throughput(manifest.steps, config.global_batch,
-                                                  result.seq_len)
+    manifest.throughput = measurements.throughput(manifest.steps, config.global_batch, seq_len)
 
 
 def write_manifest(folder: RunFolder, manifest: RunManifest) -> None:
-    folder.write_text(MANIFEST_NAME, json_text(msgspec.to_builtins(manifest)))
+    folder.write_text(MANIFEST_NAME, json_text(msgspec.to_builtins(manifest,
+                                                                   enc_hook=encode_hook)))
 
 
 def _samples_per_s(manifest: RunManifest) -> float | None:
     return manifest.throughput.samples_per_s if manifest.throughput else None
 
-
-def _torch_version() -> str:
-    import torch
-
-    return str(torch.__version__)

@@ -7,7 +7,7 @@ import statistics
 
 import msgspec
 
-from ..manifest import BucketRecord, MemoryRow, StepRecord, Throughput
+from ..manifest import BucketRecord, MemoryRow, RunMeasurements, StepRecord, Throughput
 
 #: Steps whose time stands for training speed: not profiled (wait, after the window), never the
 #: first step, which pays for lazy initialisation.
@@ -19,18 +19,12 @@ class WorkerResult(msgspec.Struct, kw_only=True):
     """What rank 0 hands the launcher after training (``.worker_result.json``): per-step
     measurements, reduced over ranks, and what it found of its environment."""
 
-    parameters: int
-    world_size: int
-    devices: list[str]
-    threads_per_rank: int
-    allreduces_per_sync: int | None
-    collectives_per_sync: dict[str, int | None] | None = None
+    measured: RunMeasurements           # run.json's ``measured``
     memory: list[MemoryRow] | None = None   # one row per rank (workloads/memory.py)
     buckets: list[BucketRecord] | None = None  # the gradient collectives of one sync
     step_wall_s: list[float]            # the slowest rank's
     step_sync_s: list[float]            # the slowest rank's
     step_loss: list[float | None]       # the mean over ranks; None where it was not finite
-    seq_len: int | None
 
 
 def step_phases(steps: int, wait: int, warmup: int, active: int,
