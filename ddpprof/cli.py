@@ -94,8 +94,7 @@ def record(**kwargs: Any) -> None:
               help="Also count kernels whose name matches REGEX as communication. Repeatable.")
 @click.option("--engine", type=click.Choice(["native", "hta"]), default="native",
               show_default=True, help="hta: HolisticTraceAnalysis computes the GPU shares.")
-@click.option("--keep-last-step", is_flag=True,
-              help="Analyze the last ProfilerStep too (HTA drops it by default).")
+@o.keep_last_step_option()
 @click.option("--critical-path", is_flag=True,
               help="Also each step's critical path across ranks (see `ddpprof critical-path`).")
 @click.option("--jobs", type=o.POSITIVE_INT, help="Ranks analyzed in parallel.")
@@ -116,8 +115,7 @@ def analyze(**kwargs: Any) -> None:
 
 @cli.command("critical-path", epilog=exits(""))
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--keep-last-step", is_flag=True,
-              help="Analyze the last ProfilerStep too (HTA drops it by default).")
+@o.keep_last_step_option()
 @click.option("--faster", multiple=True, metavar="CLASS=PCT",
               help="Also replay each step with the work of CLASS (gemm or compute) PCT % "
                    "shorter, e.g. gemm=20. Repeatable: one replay each.")
@@ -167,6 +165,7 @@ def gate(**kwargs: Any) -> None:
 @o.bucket_cap_option("1,2,5,10,25,50,100", "Bucket sizes to predict, in MiB.")
 @o.world_size_option("World sizes to predict [default: the run's, 2, 4, 8].")
 @o.cost_model_options()
+@o.keep_last_step_option()
 @o.outputs("the predictions, the cost model and the notes", html="simulate")
 def simulate(**kwargs: Any) -> None:
     """Predict step time, exposed communication, overlap and scaling efficiency of a recorded
@@ -188,7 +187,7 @@ def calibrate(**kwargs: Any) -> None:
 
 
 @cli.command(epilog=exits("a run failed"))
-@o.variant_option("pytorch_ddp,bucket_ddp_async")
+@o.variant_option("pytorch_ddp,bucket_ddp_async", bucketed=True)
 @o.bucket_cap_option("1,2,5,10,25,50,100", "Bucket sizes to try, in MiB.")
 @o.model_option("mlp-xlarge")
 @o.nproc_option("2")
@@ -196,8 +195,8 @@ def calibrate(**kwargs: Any) -> None:
 @o.out_option("sweep", "The folder the run folders go in (named as record names them).")
 @o.outputs("one row per run", html="sweep", progress=True)
 def sweep(**kwargs: Any) -> None:
-    """Measure step time, overlap, all-reduce calls and exposed communication of the variants
-    with buckets at each bucket size: the bucket-size valley."""
+    """Measure step time, overlap, gradient collectives and exposed communication of the
+    variants with buckets at each bucket size: the bucket-size valley."""
     run("sweep", **kwargs)
 
 

@@ -10,7 +10,7 @@ import shutil
 
 import numpy as np
 import pytest
-from trace_builders import span, step, write_trace
+from trace_builders import analyze_one, span, step, write_trace
 
 from ddpprof.calibrate import Calibration, Fit
 from ddpprof.errors import UsageError
@@ -25,8 +25,10 @@ from ddpprof.simulate.cost import (
     traffic_bytes,
 )
 from ddpprof.simulate.program import StepProgram, read_trace
-from ddpprof.simulate.replay import Policy, buckets_by_cap, replay
+from ddpprof.simulate.replay import Policy, replay
 from ddpprof.trace.loader import load
+from ddpprof.variants import VARIANTS
+from ddpprof.variants.bucketing import assign_buckets
 
 MB = 1024 * 1024
 FLOAT = {"Input type": ["float"]}
@@ -59,7 +61,13 @@ def test_fit_needs_two_sizes():
 
 
 def test_buckets_close_at_the_cap():
-    assert buckets_by_cap([3, 3, 5, 1, 1], cap_bytes=6) == [[0, 1], [2, 3], [4]]
+    # registration order; taken in reverse: [1, 1, 5] reaches 6, [3, 3] too
+    assert assign_buckets([3, 3, 5, 1, 1], cap_bytes=6) == [[4, 3, 2], [1, 0]]
+    # in the order given, one dtype per bucket: float32 [3, 5] reaches 6, [1] is left over;
+    # bfloat16 [3, 1] stays open
+    groups = ["float32", "bfloat16", "float32", "bfloat16", "float32"]
+    assert assign_buckets([3, 3, 5, 1, 1], 6, groups, order=range(5)) == [[0, 2], [1, 3],
+                                                                          [4]]
 
 
 def test_compute_slowdown_is_a_weighted_geometric_mean_of_same_op_ratios():
@@ -88,9 +96,10 @@ def test_registration_positions_match_sizes_in_reverse_registration_order():
                              bytes=20520),
                 BucketRecord(params=["w0", "b0"], param_index=[0, 1], param_bytes=[20480, 40],
                              bytes=20520)]
-    assert registration_positions([40, 20480, 40, 20480], recorded) == ([3, 2, 1, 0], None)
-    fallback, note = registration_positions([40, 999], recorded)
-    assert fallback == [1, 0] and "do not match" in note
+    assert registration_positions([40, 20480, 40, 20480], recorded) == ([3, 2, 1, 0], None,
+                                                                         None)
+    fallback, dtypes, note = registration_positions([40, 999], recorded)
+    assert fallback == [1, 0] and dtypes is None and "do not match" in note
     assert registration_positions([1, 2], None)[0] == [1, 0]
 
 
@@ -136,10 +145,11 @@ def test_blocking_policies_stop_compute():
 def test_sharded_replay_adds_the_all_gathers_after_the_optimizer():
     # gloo: each reduce-scatter costs an all-reduce of the bucket (as in the bucketed case);
     # after the optimizer, three all-gathers of (N−1)/N of each bucket: 20 + 20 + 30
-    assert _replay(Policy("sharded", 2)).step_us == pytest.approx(400 + 70)
+    zero1 = Policy.of(VARIANTS["zero1"], 2)
+    assert (zero1.name, zero1.sync_kind) == ("sharded", "reduce_scatter")
+    assert _replay(zero1).step_us == pytest.approx(400 + 70)
     # NCCL's reduce-scatter moves half: [50,70) [120,140) [200,230): 230 in backward
-    assert _replay(Policy("sharded", 2), backend="nccl").step_us == pytest.approx(
-        100 + 230 + 10 + 40 + 70)
+    assert _replay(zero1, backend="nccl").step_us == pytest.approx(100 + 230 + 10 + 40 + 70)
 
 
 def test_contention_slows_both_lanes():
@@ -208,6 +218,19 @@ def hook_trace(tmp_path):
         span("Optimizer.step#AdamW.step", 950, 1000, cat="user_annotation"),
     ]
     return load(write_trace(tmp_path / "rank0.json", events))
+
+
+def test_analyze_and_simulate_pair_c10d_ops_with_gloo_spans_alike(tmp_path):
+    """gloo runs a reduce-scatter as an all-reduce; the c10d op that issued it, here on another
+    thread than the steps' (autograd's), names it: both sides pair them the same way."""
+    events = [step(0, 0, 1000), step(1, 1000, 2000),
+              span("torch::autograd::AccumulateGrad", 100, 200, **{"Input Dims": [[64]], **FLOAT}),
+              span("c10d::_reduce_scatter_base_", 210, 220, tid=2),
+              span("gloo:all_reduce", 230, 400, tid=9, **{"Input Dims": [[64]], **FLOAT})]
+    trace = load(write_trace(tmp_path / "rank0.json", events))
+    [collective] = read_trace(trace).collectives
+    assert (collective.kind, collective.launch_us) == ("reduce_scatter", 210)
+    assert analyze_one(trace).calls.kind == ["reduce_scatter"]
 
 
 def test_step_program_from_a_trace(hook_trace):

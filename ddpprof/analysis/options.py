@@ -1,9 +1,15 @@
-"""What the user asked of an analysis: one object, passed down unchanged."""
+"""What the user asked of an analysis: one object, passed down unchanged; and which profiled
+steps an analysis covers (:class:`LastStep`), the one rule ``analyze``, ``simulate``,
+``critical-path`` and the recorded memory peaks share."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
+
+Steps = TypeVar("Steps", bound=Sequence)
 
 
 @dataclass(frozen=True)
@@ -16,10 +22,17 @@ class AnalysisOptions:
     engine: str = "native"             # "hta": HTA itself computes the GPU shares
     jobs: int | None = None            # ranks analyzed at once (default: the cores)
     scheduler: str | None = None       # a Dask scheduler's address: analyze there
+    #: Also rank 0's step program for the simulator (``analyze``'s bucket-cap advice), made
+    #: where the trace is read, so that the trace is read once.
+    replay_program: bool = False
 
 
 class LastStep(StrEnum):
-    """Which events a rank's analysis covers, decided per run as HTA 0.5.0 does."""
+    """The analyzed window: which events a rank's analysis covers, decided per run as HTA
+    0.5.0 does. When the run's traces name two or more ProfilerSteps, the last one is dropped
+    (it often holds the profiler's own teardown) unless ``--keep-last-step``; with one step or
+    none the whole trace is the window. :meth:`decide` says which, :meth:`analyzed` which
+    steps that is."""
 
     DROPPED = "dropped"                # 2+ ProfilerSteps named: all but the last
     KEPT = "kept"                      # 2+ named and --keep-last-step: all of them
@@ -31,6 +44,13 @@ class LastStep(StrEnum):
         if len(step_names) >= 2:
             return cls.KEPT if keep_last_step else cls.DROPPED
         return cls.ONE_STEP if step_names else cls.NO_STEPS
+
+    def analyzed(self, steps: Steps) -> Steps:
+        """The steps of the window, of a run's ``steps`` in the order they ran: all but the
+        last when dropped, none without ProfilerSteps, else all."""
+        if self == LastStep.DROPPED:
+            return steps[:-1]
+        return steps[:0] if self == LastStep.NO_STEPS else steps
 
     @property
     def filters(self) -> bool:

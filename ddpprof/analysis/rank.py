@@ -49,12 +49,7 @@ def analyze_rank(trace: RankTrace, rank: int, last_step: LastStep,
     """All metrics of one rank, covering what ``last_step`` says (decided by the run)."""
     stream = classify.streams(trace)
     steps, _ = classify.profiler_steps(trace, stream)
-    if last_step == LastStep.DROPPED:
-        analyzed = steps[:-1]
-    elif last_step == LastStep.NO_STEPS or steps.size == 0:
-        analyzed = np.empty(0, dtype=np.int64)
-    else:
-        analyzed = steps
+    analyzed = last_step.analyzed(steps)
     if classify.is_gpu_trace(stream):
         result = _DeviceAnalysis(trace, stream, last_step, analyzed, options).result(rank)
     else:
@@ -250,14 +245,23 @@ class _DeviceAnalysis:
         sel = self.selected
         if self.analyzed.size == 0:
             return [StepRow("whole trace", self._breakdown_of(sel))]
-        launched = self._launch_positions()
+        # the selected events in HTA's row order, grouped by the step that launched them (a
+        # stable sort keeps that order within each step): one pass, whatever the step count
+        rows = self.order[sel[self.order]]
+        position = self._launch_positions()[rows]
+        rows, position = rows[np.argsort(position, kind="stable")], np.sort(position)
+        bounds = np.searchsorted(position, np.arange(self.analyzed.size + 1))
         return [StepRow(self.trace.names[self.trace.name_id[step]],
-                        self._breakdown_of(sel & (launched == position)))
-                for position, step in enumerate(self.analyzed)]
+                        self._breakdown_of_rows(rows[bounds[k]:bounds[k + 1]]))
+                for k, step in enumerate(self.analyzed.tolist())]
 
     def _breakdown_of(self, mask: np.ndarray, host_comm: iv.Intervals = iv.EMPTY) -> Breakdown:
         """The breakdown of the events in ``mask`` (taken in HTA's row order)."""
-        rows = self.order[mask[self.order]]
+        return self._breakdown_of_rows(self.order[mask[self.order]], host_comm)
+
+    def _breakdown_of_rows(self, rows: np.ndarray, host_comm: iv.Intervals = iv.EMPTY
+                           ) -> Breakdown:
+        """The breakdown of the events ``rows`` (indices, in HTA's row order)."""
         is_compute = self.kinds[rows] == Kind.COMPUTE
         is_comm = self.kinds[rows] == Kind.COMMUNICATION
         if self.options.hta_compat:
@@ -345,9 +349,14 @@ class _HostAnalysis:
         if self.analyzed.size == 0:
             return [StepRow("whole trace", host_breakdown(window, self.compute, self.comm,
                                                           self.waits))]
-        return [StepRow(trace.names[trace.name_id[step]], host_breakdown(
-            iv.union(trace.start_us[[step]], trace.end_us[[step]]), self.compute, self.comm,
-            self.waits)) for step in self.analyzed]
+        rows = []
+        for step in self.analyzed.tolist():
+            # each lane cut to the step first: a step's cost does not grow with the trace
+            lo, hi = float(trace.start_us[step]), float(trace.end_us[step])
+            rows.append(StepRow(trace.names[trace.name_id[step]], host_breakdown(
+                iv.union(np.array([lo]), np.array([hi])), iv.window(self.compute, lo, hi),
+                iv.window(self.comm, lo, hi), iv.window(self.waits, lo, hi))))
+        return rows
 
     def _buckets(self) -> BucketTimeline | None:
         """The middle analyzed step's buckets: the collective spans that start in it."""
@@ -431,19 +440,10 @@ def _call_args(trace: RankTrace, index: np.ndarray) -> list[CommArgs | None]:
 
 
 def _issued_kinds(trace: RankTrace, lanes: classify.HostLanes) -> dict[int, str]:
-    """Each backend span's collective as the training thread issued it: the k-th ``c10d::``
-    collective op pairs with the k-th backend span by start, where the counts agree (gloo runs
-    a reduce-scatter as an all-reduce, and names its span so)."""
-    issued = np.flatnonzero(classify.per_name(
-        trace, lambda n: bool(classify.C10D_COLLECTIVE.match(n))) & (trace.stream < 0))
-    spans = np.flatnonzero(lanes.comm)
-    if issued.size != spans.size or not issued.size:
-        return {}
-    issued = issued[np.argsort(trace.start_us[issued], kind="stable")]
-    spans = spans[np.argsort(trace.start_us[spans], kind="stable")]
-    return {int(span): classify.normalize_collective(
-        classify.C10D_COLLECTIVE.match(trace.names[trace.name_id[op]]).group(1))
-        for op, span in zip(issued, spans, strict=True)}
+    """Each backend span's collective as the c10d op that issued it names it
+    (``classify.issuing_ops``)."""
+    return {span: classify.issued_collective(trace, op) for span, op in classify.issuing_ops(
+        trace, np.flatnonzero(lanes.comm)).items()}
 
 
 def _collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray,

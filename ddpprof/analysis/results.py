@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..manifest import RunManifest
 from ..metrics.breakdown import Breakdown
@@ -10,6 +11,9 @@ from ..metrics.comm import CollectiveCalls, CollectiveStats
 from ..metrics.waits import WaitSplit
 from .buckets import BucketTimeline
 from .options import LastStep
+
+if TYPE_CHECKING:
+    from ..simulate.program import TraceModel
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,9 @@ class RankResult:
     host: HostSignals | None = None
     notes: list[str] = field(default_factory=list)
     wait: WaitSplit | None = None   # set by the run, once every rank is in
+    #: The simulator's reading of the trace (``AnalysisOptions.replay_program``; rank 0 of a
+    #: run whose gradients were bucketed), for the bucket-cap advice.
+    replay: TraceModel | None = None
 
 
 @dataclass

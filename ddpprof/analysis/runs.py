@@ -44,13 +44,19 @@ class _Outcome:
 
 
 def _load_and_analyze(path: Location, last_step: LastStep | None, options: AnalysisOptions,
-                      decode_workers: int = 1) -> _Outcome:
-    """Load and analyze one trace; ``last_step=None`` decides from this trace's own steps."""
+                      grad_accum: int, decode_workers: int = 1) -> _Outcome:
+    """Load and analyze one trace; ``last_step=None`` decides from this trace's own steps.
+    Everything taken from the trace is taken here: it is read once."""
     try:
         trace = load(path, workers=decode_workers)
         names = classify.step_names(trace)
         decided = last_step or LastStep.decide(names, options.keep_last_step)
         result = analyze_rank(trace, trace.rank or 0, decided, options)
+        if options.replay_program and trace.rank in (0, None) and result.buckets is not None \
+                and result.buckets.buckets:
+            from ..simulate.program import read_trace
+
+            result.replay = read_trace(trace, grad_accum, decided)
         return _Outcome(path, trace.rank, trace.rank_source, names, result, None)
     except TraceError as error:
         return _Outcome(path, None, None, set(), None, error)
@@ -60,10 +66,12 @@ def _lost(path: Location, reason: str) -> _Outcome:
     return _Outcome(path, None, None, set(), None, TraceError(path, reason))
 
 
-def _map(executor, paths: list[Location], last_step: LastStep | None,
+def _map(executor, run: RunInput, paths: list[Location], last_step: LastStep | None,
          options: AnalysisOptions, on_rank: Progress | None = None) -> list[_Outcome]:
     """Every trace, loaded and analyzed by ``executor`` (see ``executors``)."""
-    return executor.map(_load_and_analyze, paths, last_step, options, on_done=on_rank,
+    config = run.manifest.config
+    return executor.map(_load_and_analyze, paths, last_step, options,
+                        (config.grad_accum if config else None) or 1, on_done=on_rank,
                         on_lost=_lost)
 
 
@@ -158,7 +166,7 @@ def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[
     last_step = LastStep.decide(set().union(*(o.step_names for o in outcomes)),
                                 options.keep_last_step)
     stale = [o for o in outcomes if o.result is not None and o.result.last_step != last_step]
-    redone = dict(zip((o.path for o in stale), _map(executor, [o.path for o in stale],
+    redone = dict(zip((o.path for o in stale), _map(executor, run, [o.path for o in stale],
                                                     last_step, options), strict=True))
     _raise_first_error(list(redone.values()))
     results = []
@@ -205,7 +213,7 @@ def analyze_run(run: RunInput, options: AnalysisOptions = DEFAULT_OPTIONS,
     if executor is None:
         with executor_for(options.scheduler, options.jobs) as own:
             return analyze_run(run, options, own, on_rank)
-    outcomes = _map(executor, run.traces, None, options, on_rank)
+    outcomes = _map(executor, run, run.traces, None, options, on_rank)
     outcomes, skipped = _without_other_json(outcomes)
     _raise_first_error(outcomes)
     return [_finish_run(name, run, members, [*skipped, *notes], options, executor)
@@ -312,7 +320,8 @@ def _unique_names(runs: list[RunResult]) -> None:
 
 def _natural_order(run: RunResult) -> int:
     """The variants' own order: single, the simple ones, bucketed, PyTorch's, sharded."""
-    variant = run.manifest.config.variant
+    config = run.manifest.config
+    variant = config.variant if config else None
     return VARIANT_NAMES.index(variant) if variant in VARIANT_NAMES else len(VARIANT_NAMES)
 
 

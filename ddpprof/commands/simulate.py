@@ -7,17 +7,14 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from ..record.config import RunConfig
 from ..report.output import Output, Outputs, Section
 from ..report.table import Table
-
-#: The cap a run gets when none is given: the verdict says how far it is from the best.
-DEFAULT_BUCKET_CAP_MIB: float = RunConfig.bucket_cap_mb
 
 
 def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int],
              calibration: Path | None, bandwidth_gbps: float | None, latency_us: float | None,
-             ready_order: bool, measured: Path | None, outputs: Outputs) -> Output:
+             ready_order: bool, measured: Path | None, keep_last_step: bool,
+             outputs: Outputs) -> Output:
     from .. import simulate as sim
     from ..simulate.output import COLUMNS
 
@@ -33,15 +30,16 @@ def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int
         print(f"simulate: {text}", file=sys.stderr, flush=True)
 
     result = sim.simulate_run(run_path, bucket_caps_mib, world_sizes or None, bandwidth_gbps,
-                              latency_us, measured, calibration, ready_order, on_note=note)
+                              latency_us, measured, calibration, ready_order, keep_last_step,
+                              on_note=note)
     summary = sim.summary_lines(result)
     table = Table(COLUMNS, result.rows)
 
     def page() -> str:
         from ..report.pages import simulate_page
 
-        return simulate_page(result, summary, table, DEFAULT_BUCKET_CAP_MIB)
+        return simulate_page(result, summary, table)
 
     return Output(sim.to_json_document(result), [table],
-                  [Section(None, sim.verdict_lines(result, DEFAULT_BUCKET_CAP_MIB))],
+                  [Section(None, sim.verdict_lines(result))],
                   intro=summary, page=page, page_name="simulate", title="ddpprof simulate")

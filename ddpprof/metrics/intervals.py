@@ -89,5 +89,15 @@ def merge(a: Intervals, b: Intervals) -> Intervals:
     return union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
 
 
-def clip(a: Intervals, start: float, end: float) -> Intervals:
-    return union(np.clip(a[0], start, end), np.clip(a[1], start, end))
+def window(a: Intervals, start: float, end: float) -> Intervals:
+    """The part of ``a`` inside ``[start, end)``: the same as ``intersect(a, ([start],
+    [end]))``, found by bisection in time proportional to the part, not to ``a`` (a step of a
+    long trace)."""
+    starts, ends = a
+    first = np.searchsorted(ends, start, side="right")     # the first to end after start
+    last = np.searchsorted(starts, end, side="left")       # past the last to start before end
+    if last <= first:
+        return EMPTY
+    lows, highs = np.maximum(starts[first:last], start), np.minimum(ends[first:last], end)
+    keep = highs > lows
+    return lows[keep], highs[keep]

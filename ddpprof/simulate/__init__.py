@@ -30,59 +30,62 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from ..analysis.options import LastStep
 from ..errors import UsageError
-from ..manifest import INCOMPLETE, BucketRecord, effective_status, status_detail
-from ..trace.classify import GRAD_READY
+from ..manifest import INCOMPLETE, BucketRecord, RunManifest, effective_status, status_detail
+from ..trace.classify import GRAD_READY, step_names
 from ..trace.discover import discover
 from ..trace.loader import load
+from ..variants import VARIANTS, VariantInfo, variant_info
 from . import output, sources
 from .advice import ADVICE_CAPS_MB, cap_advice, cap_advice_for_runs
 from .cost import CostModel, fit_cost
 from .output import summary_lines, to_json_document, verdict_lines
-from .program import read_trace
-from .replay import POLICIES, Outcome, Policy, buckets_by_cap, replay
-from .results import Measured, Prediction, Simulation, best, median_error_pct
+from .program import TraceModel, read_trace
+from .replay import Outcome, Policy, replay
+from .results import WHAT_IF_VARIANT, Measured, Prediction, Simulation, best, median_error_pct
+from .sources import Costs
 
-__all__ = ["ADVICE_CAPS_MB", "CostModel", "Prediction", "Simulation", "best", "buckets_by_cap",
+__all__ = ["ADVICE_CAPS_MB", "CostModel", "Costs", "Prediction", "Simulation", "best",
            "cap_advice", "cap_advice_for_runs", "fit_cost", "median_error_pct",
-           "simulate_run", "summary_lines", "to_json_document", "verdict_lines"]
-
-#: What the what-if rows replay for a variant without a bucket cap of its own.
-WHAT_IF_VARIANT = "bucket_ddp_async"
+           "simulate", "simulate_run", "summary_lines", "to_json_document", "verdict_lines"]
 
 
 def registration_positions(grads: list[int], recorded: list[BucketRecord] | None
-                           ) -> tuple[list[int], str | None]:
-    """Each gradient's (ready order) position in the model's registration order, from
-    run.json's ``buckets``: gradients of one size are matched in ready order to that size's
-    parameters in reverse registration order. Without them (or when the sizes disagree), the
-    registration order is taken as the reverse of the ready order, and a note says so."""
+                           ) -> tuple[list[int], list[str | None] | None, str | None]:
+    """Each gradient's (ready order) position in the model's registration order, and its
+    dtype, from run.json's ``buckets``: gradients of one size are matched in ready order to
+    that size's parameters in reverse registration order. Without them (or when the sizes
+    disagree), the registration order is taken as the reverse of the ready order and the
+    dtypes as unknown (one), and a note says so."""
     fallback = list(range(len(grads)))[::-1]
     if not recorded:
-        return fallback, ("registration order: run.json names no buckets, so it is taken as "
-                          "the reverse of the order gradients became ready")
-    params = sorted(((index, size) for b in recorded
-                     for index, size in zip(b.param_index, b.param_bytes, strict=True)),
-                    reverse=True)
-    if sorted(size for _, size in params) != sorted(grads):
-        return fallback, ("registration order: the trace's gradients do not match run.json's "
-                          "parameters by size, so it is taken as the reverse of the ready "
-                          "order")
-    by_size: dict[int, list[int]] = {}
-    for index, size in params:
-        by_size.setdefault(size, []).append(index)
-    return [by_size[size].pop(0) for size in grads], None
+        return fallback, None, ("registration order: run.json names no buckets, so it is "
+                                "taken as the reverse of the order gradients became ready")
+    params = sorted(((index, size, dtype) for b in recorded for index, size, dtype in zip(
+        b.param_index, b.param_bytes, b.param_dtypes or [None] * len(b.param_index),
+        strict=True)), reverse=True, key=lambda p: p[0])
+    if sorted(size for _, size, _ in params) != sorted(grads):
+        return fallback, None, ("registration order: the trace's gradients do not match "
+                                "run.json's parameters by size, so it is taken as the reverse "
+                                "of the ready order")
+    by_size: dict[int, list[tuple[int, str | None]]] = {}
+    for index, size, dtype in params:
+        by_size.setdefault(size, []).append((index, dtype))
+    matched = [by_size[size].pop(0) for size in grads]
+    dtypes = [dtype for _, dtype in matched]
+    return [index for index, _ in matched], dtypes if any(dtypes) else None, None
 
 
 def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] | None,
                  bandwidth_gbps: float | None = None, latency_us: float | None = None,
                  measured_file: Path | None = None, calibration_file: Path | None = None,
-                 ready_order: bool = False, allow_sweep: bool = True,
-                 fallback_cost: CostModel | None = None, on_note=None) -> Simulation:
-    """Calibrate on ``run_path``'s rank 0 trace and predict its own configuration and every
-    (world size, cap) combination. ``allow_sweep``: measure all-reduce on this machine when no
-    cost model can be had otherwise; ``fallback_cost`` stands in before that (``analyze``
-    fits one over the collectives of all the runs it read)."""
+                 ready_order: bool = False, keep_last_step: bool = False,
+                 allow_sweep: bool = True, on_note=None) -> Simulation:
+    """``ddpprof simulate``: calibrate on ``run_path``'s rank 0 trace, over ``analyze``'s
+    window (the last ProfilerStep dropped unless ``keep_last_step``), and predict its own
+    configuration and every (world size, cap) combination (:func:`simulate`). ``allow_sweep``:
+    measure all-reduce on this machine when no cost model can be had otherwise."""
     if bandwidth_gbps is not None and (bandwidth_gbps <= 0 or (latency_us or 0) < 0):
         raise UsageError("--bandwidth-gbps must be positive and --latency-us not negative")
     calibration = sources.given_calibration(calibration_file)
@@ -93,24 +96,38 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     if (status := effective_status(manifest)) in INCOMPLETE:
         raise UsageError(f"{run.folder}: the run is {status} ({status_detail(manifest)}); "
                          "simulate calibrates only from a complete run")
-    config = manifest.config
     trace = load(run.traces[0], workers=1)
-    model = read_trace(trace, config.grad_accum or 1)
+    last_step = LastStep.decide(step_names(trace), keep_last_step)
+    config = manifest.config
+    model = read_trace(trace, (config.grad_accum if config else None) or 1, last_step)
+    sweep_points = output.measured_steps(measured_file, manifest) if measured_file else {}
+    return simulate(run_path, manifest, model, str(run.traces[0]), sizes_mb, world_sizes,
+                    Costs(bandwidth_gbps, latency_us, calibration, allow_sweep, on_note=on_note),
+                    ready_order, sweep_points)
+
+
+def simulate(run_path: Path, manifest: RunManifest, model: TraceModel, trace_name: str,
+             sizes_mb: list[float], world_sizes: list[int] | None, costs: Costs,
+             ready_order: bool = False, sweep_points: dict[float, float] | None = None
+             ) -> Simulation:
+    """Predict the run's own configuration and every (world size, cap) combination from
+    ``model``, the simulator's reading of its rank 0 trace (``program.read_trace``), and its
+    manifest; ``sweep_points``: measured steps by cap (``--measured``)."""
+    config = manifest.config   # None: not a run ddpprof recorded
     if not model.programs:
         missing = "ProfilerStep" if model.notes else \
             f"{GRAD_READY} spans with shapes: record with record_shapes"
-        raise UsageError(f"{run.traces[0]}: nothing to replay (no {missing})")
-    world = trace.world_size or config.world_size or 1
-    backend = config.backend or trace.backend
+        raise UsageError(f"{trace_name}: nothing to replay (no {missing})")
+    world = model.world_size or (config.world_size if config else 1)
+    backend = (config.backend if config else None) or model.backend
     notes = list(model.notes)
-    variant = config.variant if config.variant in POLICIES or config.variant == "single" \
-        else None
-    recorded_here = config.variant is not None and (config.nnodes or 1) == 1
-    cost = sources.cost_model(run_path, model, world, backend, bandwidth_gbps, latency_us,
-                       calibration, allow_sweep, fallback_cost, notes, on_note, recorded_here)
+    variant = config.variant if config else None
+    info = variant_info(variant)
+    recorded_here = config is not None and config.nnodes == 1
+    cost = sources.cost_model(run_path, model, world, backend, costs, notes, recorded_here)
     contention, per_step = sources.contention_factors(model, cost, world, backend, notes)
     grads = [size for _, size in model.programs[0].grads]
-    registration, note = registration_positions(grads, manifest.buckets)
+    registration, dtypes, note = registration_positions(grads, manifest.buckets)
     if note:
         notes.append(note)
     overhead = manifest.throughput.profiler_overhead_ratio if manifest.throughput else None
@@ -118,18 +135,19 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     if overhead is not None and overhead < 1:
         notes.append(f"profiler overhead: measured {overhead:.3f}x (profiled steps faster than "
                      "unprofiled ones: noise); taken as 1")
-    notes.append(_scope(variant, config.variant))
-    sharded = variant in ("zero1", "zero2", "pytorch_zero1", "fsdp")
+    notes.append(_scope(info, variant))
+    sharded = info is not None and info.sharded
     single_us = statistics.median(
         (p.pre_us + p.backward_us + p.sync_us) * world + p.post_us * (world if sharded else 1)
         for p in model.programs) / ratio
     predictions = []
     for label, n, policy, cap, recorded in _configurations(
-            variant, config.bucket_cap_mb, sizes_mb, world_sizes or sorted({world, 2, 4, 8}),
+            info, config.bucket_cap_mb if config else None, sizes_mb,
+            world_sizes or sorted({world, 2, 4, 8}),
             world, ready_order):
         scale = world / n
         outcomes = [replay(p, policy, cost, step_contention, n, backend, registration, scale,
-                           scale if sharded else 1.0)
+                           scale if sharded else 1.0, dtypes)
                     for p, step_contention in zip(model.programs, per_step, strict=True)]
         predictions.append(_median_prediction(label, n, cap, outcomes, ratio, single_us,
                                               recorded))
@@ -140,37 +158,34 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
         and manifest.throughput.median_step_s else None,
         overlap_pct=_median([p.overlap_pct for p in model.programs]),
         exposed_comm_ms=statistics.median(p.exposed_comm_us for p in model.programs) / 1e3)
-    simulation = Simulation(str(run.folder), config.variant, str(run.traces[0]), world,
-                            model.programs, cost, contention, ratio, predictions, measured,
-                            notes=notes)
-    sweep_points = output.measured_steps(measured_file, manifest) if measured_file else {}
-    simulation.rows = output.rows(simulation, sweep_points)
+    simulation = Simulation(str(run_path), variant, trace_name, world, model.programs,
+                            cost, contention, ratio, predictions, measured, notes=notes)
+    simulation.rows = output.rows(simulation, sweep_points or {})
     return simulation
 
 
-def _configurations(variant: str | None, own_cap: float | None, caps: list[float],
+def _configurations(info: VariantInfo | None, own_cap: float | None, caps: list[float],
                     worlds: list[int], world: int, ready_order: bool):
     """(label, world size, policy, cap, is the run's own) of every row: the run's own
-    configuration at each world size (``single``: at its own only), then the what-if caps,
-    replayed as the variant itself where it has a cap, else as ``bucket_ddp_async``."""
-    policy_name = POLICIES.get(variant or "")
-    capped = policy_name in ("bucketed", "sharded")
-    what_if = variant if capped else WHAT_IF_VARIANT
+    configuration at each world size (a variant that is not distributed: at its own only),
+    then the what-if caps, replayed as the variant itself where it has buckets, else as
+    ``bucket_ddp_async`` (not for a sharded variant without buckets: nothing compares)."""
+    capped = info is not None and info.bucketed
+    what_if = info if info is not None and capped else VARIANTS[WHAT_IF_VARIANT]
     for n in worlds:
-        if variant is None:            # a trace of no known variant: its own collectives
+        if info is None:               # a trace of no known variant: its own collectives
             yield "as recorded", n, Policy("recorded"), None, True
-        elif variant == "single":
+        elif not info.distributed:
             if n == world:
-                yield "single", n, Policy("recorded"), None, True
+                yield info.name, n, Policy("recorded"), None, True
         else:
-            kind = "reduce_scatter" if variant == "fsdp" else None
-            yield (variant, n, Policy(policy_name, own_cap, ready_order, kind),
+            yield (info.name, n, Policy.of(info, own_cap, ready_order),
                    own_cap if capped else None, True)
-        if variant == "fsdp" or n == 1:
+        if (info is not None and info.sharded and not capped) or n == 1:
             continue
         for cap in caps:
             if not (capped and cap == own_cap):
-                yield what_if, n, Policy(POLICIES[what_if], cap, ready_order), cap, False
+                yield what_if.name, n, Policy.of(what_if, cap, ready_order), cap, False
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -190,29 +205,28 @@ def _median_prediction(label: str, world: int, cap: float | None, outcomes: list
         efficiency=single_us / (world * step_us), recorded=recorded)
 
 
-def _scope(variant: str | None, recorded: str | None) -> str:
+def _scope(info: VariantInfo | None, recorded: str | None) -> str:
     """What is and is not modelled for the run's variant, in one line."""
-    if variant is None:
+    if info is None:
         return (f"variant {recorded or 'unknown'}: its own collectives are replayed where they "
                 f"were launched; what-if rows are {WHAT_IF_VARIANT}")
-    if variant == "single":
-        return (f"single: no collectives; what-if rows are {WHAT_IF_VARIANT} on N ranks "
+    if not info.distributed:
+        return (f"{info.name}: no collectives; what-if rows are {WHAT_IF_VARIANT} on N ranks "
                 "(each rank's compute at 1/N of the batch; the cores a rank gets are not "
                 "modelled)")
-    policy = POLICIES[variant]
-    if policy == "recorded":
-        return ("fsdp: its all-gathers and reduce-scatters are replayed where they were issued "
-                "(sizes as recorded, costs from the model); it has no bucket cap, so only "
-                "world sizes are predicted")
-    if policy == "sharded":
-        return (f"{variant}: one reduce-scatter per bucket during backward, then one "
+    collective = info.gradient_collective.replace("_", "-")
+    if info.replay == "recorded":
+        no_cap = "; it has no bucket cap, so only world sizes are predicted" \
+            if info.sharded and not info.bucketed else ""
+        return (f"{info.name}: its collectives are replayed where they were issued (sizes as "
+                f"recorded, costs from the model){no_cap}")
+    if info.replay == "sharded":
+        return (f"{info.name}: one {collective} per bucket during backward, then one "
                 "all-gather per bucket after the optimizer step (on gloo a reduce-scatter "
                 "costs an all-reduce)")
-    if policy == "bucketed":
-        extra = "; ZeroRedundancyOptimizer's broadcasts replayed as recorded" \
-            if variant == "pytorch_zero1" else ""
-        return f"{variant}: bucketed all-reduce as recorded{extra}"
-    return (f"{variant}: {policy} per-parameter all-reduces as recorded; what-if rows are "
-            f"{WHAT_IF_VARIANT}")
-
-
+    if info.replay == "bucketed":
+        others = "; its collectives after the optimizer step are replayed as recorded" \
+            if info.sharded else ""
+        return f"{info.name}: bucketed {collective} as recorded{others}"
+    return (f"{info.name}: {info.replay} per-parameter {collective}s as recorded; what-if rows "
+            f"are {WHAT_IF_VARIANT}")

@@ -3,28 +3,41 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import UsageError
+from ..metrics.comm import BUS_FACTOR
 from .cost import CostModel, fit_cost, traffic_bytes
+
+if TYPE_CHECKING:
+    from ..analysis.results import RunResult
+    from ..findings import CapAdvice
 
 #: Caps the advice compares, in MiB.
 ADVICE_CAPS_MB = (0.25, 0.5, 1, 2, 5, 10, 25, 50, 100)
 
 
-def cap_advice(run_path: Path, current_cap_mb: float | None,
-               fallback_cost: CostModel | None = None):
+def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdvice | None:
     """What the replay says of a run's bucket cap, for ``ddpprof.findings``: the best cap
     against the current one at the run's own world size, and the half-bandwidth size α·β (in
-    message bytes). None where the run cannot be simulated without measuring anything."""
+    message bytes). From what the analysis already took of rank 0's trace (``replay``): the
+    trace is not read again. None where the run cannot be simulated without measuring
+    anything."""
     from ..findings import CapAdvice
-    from . import simulate_run
+    from . import Costs, simulate
 
+    rank = run.ranks[0]
+    model = rank.replay
+    if model is None:
+        return None
+    config = run.manifest.config
+    current_cap_mb = config.bucket_cap_mb if config else None
     caps = sorted({*ADVICE_CAPS_MB, *([current_cap_mb] if current_cap_mb else [])})
     try:
-        simulation = simulate_run(run_path, caps, None, allow_sweep=False,
-                                  fallback_cost=fallback_cost)
+        simulation = simulate(Path(run.folder), run.manifest, model, rank.path, caps, None,
+                              Costs(fallback=fallback_cost))
     except UsageError:
         return None
     world = simulation.world_size
@@ -34,22 +47,29 @@ def cap_advice(run_path: Path, current_cap_mb: float | None,
         return None
     top = min(mine, key=lambda p: p.step_ms)
     current = next((p for p in mine if p.bucket_cap_mb == current_cap_mb), None)
-    ring = 2 * (world - 1) / world if world > 1 else 1.0
+    factor = BUS_FACTOR["all_reduce"](world) if world > 1 else 1.0
     return CapAdvice(current_cap_mb=current_cap_mb, best_cap_mb=top.bucket_cap_mb,
                      current_step_ms=(current or top).step_ms, best_step_ms=top.step_ms,
-                     half_bandwidth_bytes=simulation.cost.half_bandwidth_traffic_bytes / ring)
+                     half_bandwidth_bytes=simulation.cost.half_bandwidth_traffic_bytes / factor)
 
 
-def pooled_cost(runs) -> dict[tuple, CostModel]:
+def _model_key(run: RunResult) -> tuple[str | None, int | None]:
+    """What runs must share to share a cost model: backend and world size."""
+    rank, config = run.ranks[0], run.manifest.config
+    return ((config.backend if config else None) or rank.backend,
+            rank.world_size or (config.world_size if config else None))
+
+
+def pooled_cost(runs: list[RunResult]) -> dict[tuple, CostModel]:
     """A cost model per (backend, world size) fitted over the all-reduces of every run given
     (rank 0's calls), for runs whose own collectives are all of one size."""
     samples: dict[tuple, list[tuple[float, float]]] = {}
     for run in runs:
         rank = run.ranks[0]
-        world = rank.world_size or run.manifest.config.world_size
+        key = _model_key(run)
+        world = key[1]
         if not world or world < 2:
             continue
-        key = (run.manifest.config.backend or rank.backend, world)
         calls = rank.calls
         for k in range(calls.n):
             size = calls.size_bytes[k]
@@ -69,22 +89,17 @@ def pooled_cost(runs) -> dict[tuple, CostModel]:
     return pooled
 
 
-def cap_advice_for_runs(runs) -> dict:
-    """``cap_advice`` for every local run whose gradients were bucketed into all-reduces; a
-    run whose own collectives cannot be fitted borrows the fit over all the runs given."""
+def cap_advice_for_runs(runs: list[RunResult]) -> dict[str, CapAdvice]:
+    """``cap_advice`` for every run of a local folder whose rank 0 the analysis read for the
+    simulator (``AnalysisOptions.replay_program``: its gradients were bucketed); a run whose
+    own collectives cannot be fitted borrows the fit over all the runs given."""
     advice = {}
     pooled = pooled_cost(runs)
     for run in runs:
-        timeline = run.ranks[0].buckets
-        cap = run.manifest.config.bucket_cap_mb
-        if timeline is None or not timeline.buckets or not isinstance(run.folder, str | Path):
+        rank = run.ranks[0]
+        if rank.replay is None or "://" in run.folder:
             continue
-        if isinstance(run.folder, str) and "://" in run.folder:
-            continue
-        key = (run.manifest.config.backend or run.ranks[0].backend,
-               run.ranks[0].world_size or run.manifest.config.world_size)
-        found = cap_advice(Path(run.folder), cap if isinstance(cap, int | float) else None,
-                           pooled.get(key))
+        found = cap_advice(run, pooled.get(_model_key(run)))
         if found is not None:
             advice[run.name] = found
     return advice

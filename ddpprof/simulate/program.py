@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..analysis.options import LastStep
 from ..metrics import intervals as iv
 from ..metrics.comm import message_bytes
 from ..trace import classify
@@ -82,7 +83,7 @@ class TraceModel:
     """Everything the simulator reads from one rank's trace."""
 
     programs: list[StepProgram]
-    collectives: list[Collective]    # every step's
+    collectives: list[Collective]    # those launched in the analyzed steps
     contention: Contention
     world_size: int | None
     backend: str | None
@@ -92,22 +93,6 @@ class TraceModel:
 def _main_thread(trace: RankTrace, steps: np.ndarray) -> int:
     threads = trace.thread_id[steps]
     return int(np.bincount(threads).argmax())
-
-
-def _issued(trace: RankTrace, spans: np.ndarray, main: int) -> dict[int, tuple[str, float]]:
-    """Each backend collective span's kind and launch, from the c10d op the training thread
-    issued it by (the k-th op pairs with the k-th span by start, when the counts agree): gloo
-    runs a reduce-scatter as an all-reduce and names its span so."""
-    ops = np.flatnonzero(classify.per_name(
-        trace, lambda n: bool(classify.C10D_COLLECTIVE.match(n))) & (trace.stream < 0)
-        & (trace.thread_id == main))
-    if ops.size != spans.size or not ops.size:
-        return {}
-    ops = ops[np.argsort(trace.start_us[ops], kind="stable")]
-    ordered = spans[np.argsort(trace.start_us[spans], kind="stable")]
-    return {int(span): (classify.normalize_collective(classify.C10D_COLLECTIVE.match(
-        trace.names[trace.name_id[op]]).group(1)), float(trace.start_us[op]))
-        for op, span in zip(ops, ordered, strict=True)}
 
 
 class _Lanes:
@@ -134,12 +119,12 @@ class _Lanes:
 
 class _Clock:
     """Compute µs of the training thread from the step's start: wall time outside blocking
-    waits, at 1/σ where a collective was in flight."""
+    waits, at 1/σ where a collective was in flight. Built from the lanes inside the step only,
+    so a step costs the same however long the trace."""
 
     def __init__(self, lanes: _Lanes, lo: float, hi: float, slowdown: float) -> None:
-        window = (np.array([lo]), np.array([hi]))
-        blocked = iv.intersect(lanes.blocked, window)
-        slow = iv.subtract(iv.intersect(lanes.comm, window), blocked)
+        blocked = iv.window(lanes.blocked, lo, hi)
+        slow = iv.subtract(iv.window(lanes.comm, lo, hi), blocked)
         points = np.unique(np.concatenate([[lo, hi], *blocked, *slow]))
         middles = (points[:-1] + points[1:]) / 2
         rate = np.where(_inside(blocked, middles), 0.0,
@@ -153,9 +138,8 @@ class _Clock:
 
     def own_work(self, lo: float, hi: float) -> float:
         """Compute µs of the thread's own spans only, in [lo, hi)."""
-        window = (np.array([lo]), np.array([hi]))
-        work = iv.intersect(self.lanes.work, window)
-        slow = iv.intersect(work, self.lanes.comm)
+        work = iv.window(self.lanes.work, lo, hi)
+        slow = iv.intersect(work, iv.window(self.lanes.comm, lo, hi))
         return iv.length(work) - iv.length(slow) * (1 - 1 / self.slowdown)
 
 
@@ -167,8 +151,8 @@ def _inside(intervals: iv.Intervals, t: np.ndarray) -> np.ndarray:
     return (k >= 0) & (t < ends[np.clip(k, 0, None)])
 
 
-def _collectives(trace: RankTrace, lanes: _Lanes, main: int) -> list[Collective]:
-    issued = _issued(trace, lanes.comm_index, main)
+def _collectives(trace: RankTrace, lanes: _Lanes) -> list[Collective]:
+    issued = classify.issuing_ops(trace, lanes.comm_index)
     starts, ends = trace.start_us[lanes.comm_index], trace.end_us[lanes.comm_index]
     lengths = ends - starts
     positive = np.where(lengths > 0, lengths, 1.0)
@@ -177,9 +161,11 @@ def _collectives(trace: RankTrace, lanes: _Lanes, main: int) -> list[Collective]
     found = []
     for k, i in enumerate(lanes.comm_index.tolist()):
         args = trace.comm_args.get(i)
-        kind, launch = issued.get(i, (None, float(starts[k])))
-        kind = kind or classify.collective_of(trace.names[trace.name_id[i]],
-                                              args.collective if args else None)
+        op = issued.get(i)
+        launch = float(trace.start_us[op] if op is not None else starts[k])
+        kind = classify.issued_collective(trace, op) if op is not None else \
+            classify.collective_of(trace.names[trace.name_id[i]],
+                                   args.collective if args else None)
         size = message_bytes(kind, args.in_bytes, args.out_bytes,
                              args.group_size or trace.world_size) if args else None
         found.append(Collective(kind, size, float(starts[k]), float(ends[k]), launch,
@@ -199,28 +185,73 @@ def _slowdown(trace: RankTrace, lanes: _Lanes, main: int) -> tuple[float | None,
     return compute_slowdown(flops[mine].tolist(), durations[mine], shares)
 
 
-def _program(trace: RankTrace, step: int, lanes: _Lanes, clock: _Clock,
-             collectives: list[Collective], grad_accum: int) -> StepProgram | None:
+class _ByStart:
+    """Events of one kind sorted by start, so that each step finds its own by bisection."""
+
+    def __init__(self, trace: RankTrace, index: np.ndarray) -> None:
+        self.index = index[np.argsort(trace.start_us[index], kind="stable")]
+        self.start = trace.start_us[self.index]
+
+    def between(self, lo: float, hi: float) -> np.ndarray:
+        """Those starting in [lo, hi)."""
+        return self.index[np.searchsorted(self.start, lo):np.searchsorted(self.start, hi)]
+
+    def first_start(self, lo: float, hi: float) -> float | None:
+        """The earliest start in [lo, hi), if any."""
+        k = int(np.searchsorted(self.start, lo))
+        return float(self.start[k]) if k < self.start.size and self.start[k] < hi else None
+
+
+@dataclass
+class _Steps:
+    """What every step's program reads, indexed once for the whole trace."""
+
+    grads: _ByStart
+    backward: _ByStart
+    optimizer: _ByStart
+    collectives: list[Collective]      # by start, as the trace model keeps them
+    launches: np.ndarray               # their launches, ascending ...
+    by_launch: np.ndarray              # ... and their positions in ``collectives``
+
+    @classmethod
+    def of(cls, trace: RankTrace, collectives: list[Collective]) -> _Steps:
+        def named(prefix: str) -> _ByStart:
+            return _ByStart(trace, np.flatnonzero(classify.per_name(
+                trace, lambda n: n.startswith(prefix))))
+
+        launches = np.array([c.launch_us for c in collectives], dtype=np.float64)
+        by_launch = np.argsort(launches, kind="stable")
+        return cls(_ByStart(trace, np.fromiter(trace.grad_bytes, np.int64,
+                                               len(trace.grad_bytes))),
+                   named(classify.BACKWARD_OP_PREFIX), named(classify.OPTIMIZER_PREFIX),
+                   collectives, launches[by_launch], by_launch)
+
+    def launched(self, lo: float, hi: float) -> list[Collective]:
+        """The collectives launched in [lo, hi), in the trace model's order."""
+        found = self.by_launch[np.searchsorted(self.launches, lo):
+                               np.searchsorted(self.launches, hi)]
+        return [self.collectives[k] for k in np.sort(found)]
+
+
+def _program(trace: RankTrace, step: int, lanes: _Lanes, clock: _Clock, steps: _Steps,
+             grad_accum: int) -> StepProgram | None:
     lo, hi = float(trace.start_us[step]), float(trace.end_us[step])
-    inside = (trace.start_us >= lo) & (trace.start_us < hi)
-    grads = sorted((float(trace.end_us[i]), size) for i, size in trace.grad_bytes.items()
-                   if inside[i])
+    grads = sorted((float(trace.end_us[i]), trace.grad_bytes[i])
+                   for i in steps.grads.between(lo, hi).tolist())
     if not grads:
         return None
     per_pass = len(grads) // grad_accum if len(grads) % grad_accum == 0 else len(grads)
     earlier, grads = grads[:len(grads) - per_pass], grads[len(grads) - per_pass:]
-    backward = np.flatnonzero(inside & classify.per_name(
-        trace, lambda n: n.startswith(classify.BACKWARD_OP_PREFIX)))
     after = earlier[-1][0] if earlier else lo
-    starts = trace.start_us[backward][trace.start_us[backward] >= after]
-    backward_start = float(starts.min()) if starts.size else grads[0][0]
+    backward_start = steps.backward.first_start(after, hi)
+    if backward_start is None:
+        backward_start = grads[0][0]
     backward_end = grads[-1][0]
-    optimizer = np.flatnonzero(inside & classify.per_name(
-        trace, lambda n: n.startswith(classify.OPTIMIZER_PREFIX))
-        & (trace.start_us >= backward_end))
-    mine = [c for c in collectives if lo <= c.launch_us < hi]
+    mine = steps.launched(lo, hi)
     sync_end = max([backward_end, *(c.end_us for c in mine if c.launch_us >= backward_end)])
-    post_start = float(trace.start_us[optimizer].min()) if optimizer.size else sync_end
+    post_start = steps.optimizer.first_start(backward_end, hi)
+    if post_start is None:
+        post_start = sync_end
     at = clock.at
     placed = []
     for c in mine:
@@ -232,9 +263,9 @@ def _program(trace: RankTrace, step: int, lanes: _Lanes, clock: _Clock,
             placed.append(Placed(c, "sync", 0.0))
         else:
             placed.append(Placed(c, "post", at(c.launch_us) - at(post_start)))
-    step_comm = iv.intersect(lanes.comm, (np.array([lo]), np.array([hi])))
+    step_comm = iv.window(lanes.comm, lo, hi)
     comm_us = iv.length(step_comm)
-    hidden = iv.length(iv.intersect(step_comm, lanes.work))
+    hidden = iv.length(iv.intersect(step_comm, iv.window(lanes.work, lo, hi)))
     return StepProgram(
         step=trace.names[trace.name_id[step]], wall_us=hi - lo, pre_us=at(backward_start),
         backward_us=at(backward_end) - at(backward_start),
@@ -245,17 +276,24 @@ def _program(trace: RankTrace, step: int, lanes: _Lanes, clock: _Clock,
         exposed_comm_us=comm_us - hidden)
 
 
-def read_trace(trace: RankTrace, grad_accum: int = 1) -> TraceModel:
-    """The programs of every profiled step whose backward the trace holds, the collectives,
-    and the contention the trace shows."""
+def read_trace(trace: RankTrace, grad_accum: int = 1,
+               last_step: LastStep | None = None) -> TraceModel:
+    """The programs of the profiled steps of the analyzed window whose backward the trace
+    holds, the collectives launched in them, and the contention the trace shows. The window is
+    ``analyze``'s (``last_step``, decided for the run; by default from this trace's own steps,
+    the last dropped). Each step costs time in proportion to its own events: the whole is
+    linear in the trace."""
     steps, _ = classify.profiler_steps(trace)
+    if last_step is None:
+        last_step = LastStep.decide(classify.step_names(trace), keep_last_step=False)
+    steps = last_step.analyzed(steps)
     notes: list[str] = []
     if steps.size == 0:
         return TraceModel([], [], Contention(), trace.world_size, trace.backend,
-                          ["no ProfilerStep in the trace"])
+                          ["no ProfilerStep in the analyzed window"])
     main = _main_thread(trace, steps)
     lanes = _Lanes(trace, main)
-    collectives = _collectives(trace, lanes, main)
+    indexed = _Steps.of(trace, _collectives(trace, lanes))
     sigma, keys = _slowdown(trace, lanes, main)
     if sigma is None:
         notes.append("compute slowdown beside communication: no matrix product ran both with "
@@ -267,11 +305,12 @@ def read_trace(trace: RankTrace, grad_accum: int = 1) -> TraceModel:
         notes.append(f"compute slowdown beside communication: {sigma:.2f}x, from matrix "
                      f"products of {keys} sizes seen with and without a collective in flight")
     contention = Contention(compute_slowdown=max(sigma or 1.0, 1.0))
-    programs = []
-    for step in steps:
-        clock = _Clock(lanes, float(trace.start_us[step]), float(trace.end_us[step]),
-                       contention.compute_slowdown)
-        program = _program(trace, step, lanes, clock, collectives, grad_accum)
+    programs, collectives = [], []
+    for step in steps.tolist():
+        lo, hi = float(trace.start_us[step]), float(trace.end_us[step])
+        collectives += indexed.launched(lo, hi)
+        clock = _Clock(lanes, lo, hi, contention.compute_slowdown)
+        program = _program(trace, step, lanes, clock, indexed, grad_accum)
         if program is not None:
             programs.append(program)
     return TraceModel(programs, collectives, contention, trace.world_size, trace.backend,

@@ -8,13 +8,34 @@ ddpprof recorded on one node, an all-reduce sweep on this machine, written besid
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import UsageError
 from .cost import Contention, CostModel, comm_slowdowns, fit_cost, traffic_bytes
 from .program import TraceModel
+
+if TYPE_CHECKING:
+    from ..calibrate import Calibration
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Where the cost model may come from (``sources``): ``--bandwidth-gbps`` with
+    ``--latency-us``, a given calibration, a sweep on this machine (``allow_sweep``), or
+    ``fallback`` (``analyze``'s fit over the collectives of all the runs it read)."""
+
+    bandwidth_gbps: float | None = None
+    latency_us: float | None = None
+    calibration: tuple[Path, Calibration] | None = None
+    allow_sweep: bool = False
+    fallback: CostModel | None = None
+    on_note: Callable[[str], None] | None = None
+
 
 
 def given_calibration(path: Path | None):
@@ -30,16 +51,14 @@ def given_calibration(path: Path | None):
 
 
 def cost_model(run_path: Path, model: TraceModel, world: int, backend: str | None,
-                bandwidth_gbps: float | None, latency_us: float | None,
-                given, allow_sweep: bool, fallback_cost: CostModel | None, notes: list[str],
-                on_note, recorded_here: bool) -> CostModel:
-    if bandwidth_gbps is not None:
-        return CostModel(latency_us or 0.0, bandwidth_gbps * 1e3, None, 0,
+               costs: Costs, notes: list[str], recorded_here: bool) -> CostModel:
+    if costs.bandwidth_gbps is not None:
+        return CostModel(costs.latency_us or 0.0, costs.bandwidth_gbps * 1e3, None, 0,
                          "given: --latency-us, --bandwidth-gbps")
     from ..calibrate import CALIBRATION_NAME, read_calibration, usable
 
-    if given is not None:
-        path, calibration = given
+    if costs.calibration is not None:
+        path, calibration = costs.calibration
         _check_calibration(calibration, path, world, backend, notes)
         return calibration.cost_model(f"calibration {path}")
     folder = Path(run_path) if Path(run_path).is_dir() else Path(run_path).parent
@@ -60,20 +79,20 @@ def cost_model(run_path: Path, model: TraceModel, world: int, backend: str | Non
                             f"fit over the run's {len(samples)} collectives")
         except UsageError as error:
             problem = str(error)
-    if fallback_cost is not None:
-        notes.append(f"cost model: {problem}; {fallback_cost.source}")
-        return fallback_cost
+    if costs.fallback is not None:
+        notes.append(f"cost model: {problem}; {costs.fallback.source}")
+        return costs.fallback
     # A sweep here stands for the run's own machine only for a run ddpprof recorded on one node
     # with a backend it can launch.
     local = recorded_here and backend in ("gloo", "nccl")
-    if not (allow_sweep and local):
-        why = "" if not allow_sweep else (
+    if not (costs.allow_sweep and local):
+        why = "" if not costs.allow_sweep else (
             " (and the run was not recorded by ddpprof on one node with gloo or nccl, so a "
             "sweep on this machine would not stand for it)")
         raise UsageError(f"no cost model: {problem}, and no calibration.json beside the run"
                          f"{why}; run ddpprof calibrate where it ran, or give --latency-us and "
                          "--bandwidth-gbps")
-    return _sweep(folder, model, world, backend, problem, notes, on_note)
+    return _sweep(folder, model, world, backend, problem, notes, costs.on_note)
 
 
 def _same_backend(calibrated: str | None, run: str | None) -> bool:
