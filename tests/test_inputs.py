@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trace_builders import span, step, write_trace
 
-from ddpprof.analysis import AnalysisOptions, analyze_paths
+from ddpprof.analysis import AnalysisOptions, LastStep, analyze_paths
 from ddpprof.cli import main
 from ddpprof.metrics import intervals as iv
 from ddpprof.simulate import simulate_run
@@ -101,6 +101,17 @@ def test_analyze_with_advice_opens_each_trace_once(jobs, tmp_path, count_opens):
     # and the run got the bucket-cap advice, whose simulation takes rank 0's trace too
     analysis = analyze_paths([run], AnalysisOptions(jobs=1, replay_program=True))
     assert cap_advice_for_runs(analysis.runs)
+
+
+def test_a_rank_naming_fewer_steps_than_the_run_is_read_once_too(tmp_path, count_opens):
+    """Rank 1's trace names one ProfilerStep, rank 0's three: the run drops its last step, and
+    rank 1 is analyzed so, from its one read."""
+    run = write_run(tmp_path / "run", steps=3)
+    write_trace(run / "rank1.json", training_step(0, 0, rank=1), rank=1, world_size=2)
+    opened = count_opens()
+    [result] = analyze_paths([run], AnalysisOptions(jobs=2)).runs
+    assert [r.last_step for r in result.ranks] == [LastStep.DROPPED] * 2
+    assert sorted(n for path, n in opened().items() if "rank" in Path(path).name) == [1, 1]
 
 
 def test_analyze_and_simulate_cover_the_same_steps(tmp_path):

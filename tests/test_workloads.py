@@ -139,3 +139,45 @@ def test_bad_jsonl_names_the_line(tmp_path):
 def test_tokens_beyond_the_vocabulary_are_refused():
     with pytest.raises(ValueError, match="vocabulary of 100"):
         build_data(is_language_model=True, vocab_size=100, seq_len=8, data_path=SHIPPED_CORPUS)
+
+
+def test_step_peaks_by_hand():
+    from workloads.memory import ProfiledPeaks, step_peaks
+
+    # three steps; the last is dropped (analyze's window). Step 0 [0, 10]: +100 +50 -120 +30
+    # rises to 150; step 1 [20, 30]: -10 +40 rises to 30 above its start; an event between
+    # steps belongs to none; step 2's +999 is outside the window.
+    steps = [(20, 30, "ProfilerStep#1"), (0, 10, "ProfilerStep#0"), (40, 50, "ProfilerStep#2")]
+    memory = [(1, 100), (2, 50), (3, -120), (10, 30), (15, 500), (20, -10), (25, 40),
+              (45, 999)]
+    assert step_peaks(steps, memory) == ProfiledPeaks(None, 150)
+    # with the level at each step's start (GPU): 1000 + 150 and 2000 + 30
+    peaks = step_peaks(steps, memory, {0: 1000, 1: 2000, 2: 0})
+    assert (peaks.peak_allocated_bytes, peaks.step_peak_rise_bytes) == (2030, 150)
+    # one step is the whole window; no allocation at all: unknown
+    assert step_peaks(steps[1:2], memory).step_peak_rise_bytes == 150
+    assert step_peaks(steps, []).step_peak_rise_bytes is None
+
+
+def test_profiled_peaks_come_from_the_profiler_in_process():
+    from workloads.memory import profiled_peaks
+
+    megabytes = 1_000_000
+
+    def found(prof):
+        nonlocal peaks
+        peaks = profiled_peaks(prof, torch.device("cpu"), {})
+
+    peaks = None
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                schedule=torch.profiler.schedule(wait=0, warmup=1, active=3,
+                                                                 repeat=1),
+                                profile_memory=True, on_trace_ready=found) as prof:
+        for step in range(4):
+            # step k holds (k + 1) MB and 1 MB more at once, then frees them; step 0 warms up
+            held = torch.empty((step + 1) * megabytes, dtype=torch.uint8)
+            more = torch.empty(megabytes, dtype=torch.uint8)
+            del held, more
+            prof.step()
+    # profiled: steps 1 to 3; the last (4 + 1 MB) is dropped: step 2's 3 + 1 MB
+    assert peaks.step_peak_rise_bytes == 4 * megabytes and peaks.peak_allocated_bytes is None

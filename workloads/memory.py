@@ -8,29 +8,34 @@ allocator.
   sharded (DTensor) parameter counts its local shard. This is what the ``ddpprof memory``
   estimate predicts.
 * **Peaks** (:class:`MemoryProbe`): on GPU, ``torch.cuda.max_memory_allocated`` over the whole
-  run and the largest "Total Allocated" of the device's ``[memory]`` profiler events in the
-  profiled steps. The CPU allocator keeps no running total outside the profiler, and the
-  profiler's CPU counter starts at zero when its window opens, so on CPU both are ``None``; the
-  whole-run CPU figure is the process's peak resident set size (``getrusage``), which also holds
-  the interpreter, libraries and the data. On both, ``step_peak_rise_bytes`` is the largest rise
-  of allocated bytes within a profiled step above the level at the step's start: activations,
-  gradients as backward builds them, temporaries and communication buffers.
+  run, and the largest level the device's allocator reached in the analyzed profiled steps.
+  The CPU allocator keeps no running total outside the profiler, so on CPU both are ``None``;
+  the whole-run CPU figure is the process's peak resident set size (``getrusage``), which also
+  holds the interpreter, libraries and the data. On both, ``step_peak_rise_bytes`` is the
+  largest rise of allocated bytes within an analyzed profiled step above the level at the
+  step's start: activations, gradients as backward builds them, temporaries and communication
+  buffers.
+
+Both step figures come from the profiler's allocator events (``profile_memory=True``) as the
+profiler holds them in this process (:func:`profiled_peaks`), over the steps ``ddpprof
+analyze`` analyzes (``ddpprof.analysis.options.LastStep``: the last ProfilerStep dropped when
+there are two or more), not from the exported trace.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import resource
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
+from ddpprof.analysis.options import LastStep
+from ddpprof.trace.classify import PROFILER_STEP, step_number
 from ddpprof.variants.base import DataParallel
 
 
@@ -94,35 +99,53 @@ class ProfiledPeaks:
     step_peak_rise_bytes: int | None   # None when the window saw no allocation
 
 
-def profiled_peaks(trace_path: Path, device: torch.device) -> ProfiledPeaks:
-    """Peaks of the ``[memory]`` events of ``device`` in an exported Chrome trace (written with
-    ``profile_memory=True``): see the module's docstring."""
-    with gzip.open(trace_path, "rt") if trace_path.suffix == ".gz" else open(trace_path) as f:
-        events = json.load(f)["traceEvents"]
+#: The profiler's name for an allocator event (an allocation, or a free with negative bytes).
+MEMORY_EVENT = "[memory]"
+
+
+def step_peaks(steps: list[tuple[int, int, str]], memory: list[tuple[int, int]],
+               levels: dict[int, int] | None = None) -> ProfiledPeaks:
+    """The peaks of the analyzed ones of ``steps`` ((start, end, name) of each ProfilerStep):
+    in each, the largest rise above the level before its first allocator event of the events
+    ``memory`` ((time, bytes), a free's negative) within it, ends included; and with
+    ``levels`` (the allocated bytes at each step's start, by step number: GPU) the largest
+    level reached, that level plus the rise."""
+    steps = sorted(steps)
+    window = LastStep.decide({name for *_, name in steps}, keep_last_step=False).analyzed(steps)
+    memory = sorted(memory)
+    times = np.array([t for t, _ in memory], dtype=np.int64)
+    sizes = np.array([size for _, size in memory], dtype=np.int64)
+    rises, peaks = [], []
+    for start, end, name in window:
+        inside = sizes[np.searchsorted(times, start, "left"):np.searchsorted(times, end, "right")]
+        if not inside.size:
+            continue
+        rise = int(np.cumsum(inside).max())
+        rises.append(rise)
+        if levels is not None and (level := levels.get(step_number(name))) is not None:
+            peaks.append(level + rise)
+    return ProfiledPeaks(max(peaks, default=None), max(rises, default=None))
+
+
+def profiled_peaks(prof: torch.profiler.profile, device: torch.device,
+                   levels: dict[int, int]) -> ProfiledPeaks:
+    """:func:`step_peaks` of ``device``'s allocator events and the ProfilerSteps that ``prof``
+    (``profile_memory=True``) recorded, read from the profiler in this process."""
     cuda = device.type == "cuda"
-    memory = sorted(
-        (e for e in events if e.get("name") == "[memory]"
-         and e["args"].get("Device Type") == (1 if cuda else 0)
-         and (not cuda or e["args"].get("Device Id") == device.index)),
-        key=lambda e: e["ts"])
-    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
-             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
-    rises = []
-    for start, end in steps:
-        inside = [e["args"] for e in memory if start <= e["ts"] <= end]
-        if inside:
-            before = inside[0]["Total Allocated"] - inside[0]["Bytes"]
-            rises.append(max(a["Total Allocated"] for a in inside) - before)
-    return ProfiledPeaks(
-        peak_allocated_bytes=max((e["args"]["Total Allocated"] for e in memory), default=None)
-        if cuda else None,
-        step_peak_rise_bytes=max(rises, default=None))
+    kind = torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU
+    events = prof.profiler.kineto_results.events()
+    memory = [(e.start_ns(), e.nbytes()) for e in events if e.name() == MEMORY_EVENT
+              and e.device_type() == kind and (not cuda or e.device_index() == device.index)]
+    steps = [(e.start_ns(), e.end_ns(), e.name()) for e in events
+             if PROFILER_STEP.match(e.name()) and e.device_type() != torch.autograd.DeviceType.CUDA]
+    return step_peaks(steps, memory, levels if cuda else None)
 
 
 class MemoryProbe:
     """Counts the steady state (:func:`state_bytes`) right after optimizer step
     ``sample_at_step`` (0-based; the run's last), through the optimizer's step post-hook, so
-    the gradients the step read are still there."""
+    the gradients the step read are still there; and, on GPU, the allocated bytes at each
+    step's start (:meth:`step_starts`), the level the profiler's events rise from."""
 
     def __init__(self, model: DataParallel, optimizer: torch.optim.Optimizer,
                  device: torch.device, sample_at_step: int) -> None:
@@ -130,9 +153,18 @@ class MemoryProbe:
         self.sample_at_step = sample_at_step
         self.steps_seen = 0
         self.state: StateBytes | None = None
+        self.levels: dict[int, int] = {}
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         optimizer.register_step_post_hook(self._after_step)
+
+    def step_starts(self, step: int) -> None:
+        """Step ``step`` (0-based, ProfilerStep#``step``) starts now."""
+        if self.device.type == "cuda":
+            self.levels[step] = torch.cuda.memory_allocated(self.device)
+
+    def profiled(self, prof: torch.profiler.profile) -> ProfiledPeaks:
+        return profiled_peaks(prof, self.device, self.levels)
 
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.steps_seen == self.sample_at_step:
@@ -140,7 +172,7 @@ class MemoryProbe:
         self.steps_seen += 1
 
     def figures(self, rank: int, peaks: ProfiledPeaks) -> dict[str, Any]:
-        """This rank's row of ``run.json``'s ``memory`` (``peaks``: from its trace, when
+        """This rank's row of ``run.json``'s ``memory`` (``peaks``: :meth:`profiled`, when
         profiled)."""
         if self.state is None:
             raise RuntimeError(f"optimizer step {self.sample_at_step} never ran")

@@ -45,7 +45,7 @@ from ddpprof.variants import VARIANTS, make_variant
 from ddpprof.variants.base import DataParallel
 
 from .data import BatchSource, build_data, checkpoint_tokenizer, shard
-from .memory import MemoryProbe, ProfiledPeaks, gather_figures, profiled_peaks
+from .memory import MemoryProbe, ProfiledPeaks, gather_figures
 from .models import build_model, compute_loss, count_parameters
 
 #: Test seam: "RANK:STEP" makes that rank raise at that step, to exercise failure handling.
@@ -165,19 +165,16 @@ def _device_name(device: torch.device) -> str:
     return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def export_trace_into(folder: RunFolder, name: str, prof: torch.profiler.profile,
-                      device: torch.device) -> ProfiledPeaks:
-    """Write the profiler's Chrome trace as ``folder/name`` (gzip), and return the memory peaks
-    it holds. The profiler writes plain JSON to a private temporary folder first; the run
-    folder only ever sees the finished file, renamed into place (``ddpprof.run_folder``)."""
+def export_trace_into(folder: RunFolder, name: str, prof: torch.profiler.profile) -> None:
+    """Write the profiler's Chrome trace as ``folder/name`` (gzip). The profiler writes plain
+    JSON to a private temporary folder first; the run folder only ever sees the finished file,
+    renamed into place (``ddpprof.run_folder``)."""
     with tempfile.TemporaryDirectory(prefix="ddpprof-trace-") as private:
         plain = Path(private) / "trace.json"
         prof.export_chrome_trace(str(plain))
-        peaks = profiled_peaks(plain, device)
         with folder.replacing(name) as stream, open(plain, "rb") as source, \
                 gzip.GzipFile(filename="", mode="wb", fileobj=stream, compresslevel=6) as packed:
             shutil.copyfileobj(source, packed, 4 * MIB)
-    return peaks
 
 
 def run(config: RunConfig, folder: RunFolder) -> None:
@@ -207,7 +204,8 @@ def run(config: RunConfig, folder: RunFolder) -> None:
 
     def export_trace(prof: torch.profiler.profile) -> None:
         nonlocal peaks
-        peaks = export_trace_into(folder, trace_file_name(rank), prof, device)
+        peaks = memory.profiled(prof)
+        export_trace_into(folder, trace_file_name(rank), prof)
 
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
@@ -222,12 +220,14 @@ def run(config: RunConfig, folder: RunFolder) -> None:
     ) if config.profile else None
 
     def on_step_end(step: int) -> None:
+        memory.step_starts(step + 1)   # where the profiler's next step starts
         if profiler is not None:
             profiler.step()
         if rank == 0:
             print(f"ddpprof-step {step + 1}/{config.steps}", flush=True)
 
     clock, sync_clock = StepClock(device), StepClock(device)
+    memory.step_starts(0)
     with profiler if profiler is not None else nullcontext():
         losses = train(model, optimizer, data, steps=config.steps,
                        global_batch=config.global_batch, grad_accum=grad_accum, rank=rank,

@@ -18,6 +18,7 @@ from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
 from ..metrics.waits import wait_split
 from ..trace import classify, storage
 from ..trace.discover import RunInput, discover
+from ..trace.events import RankTrace
 from ..trace.loader import load
 from ..trace.storage import Location
 from ..variants import VARIANT_NAMES
@@ -41,38 +42,55 @@ class _Outcome:
     step_names: set[str]
     result: RankResult | None
     error: TraceError | None
+    #: The analysis over the steps the run decides on when its other ranks name two steps or
+    #: more and this one fewer (made with the rest, so that the trace is read once).
+    if_filtered: RankResult | TraceError | None = None
 
 
-def _load_and_analyze(path: Location, last_step: LastStep | None, options: AnalysisOptions,
-                      grad_accum: int, decode_workers: int = 1) -> _Outcome:
-    """Load and analyze one trace; ``last_step=None`` decides from this trace's own steps.
-    Everything taken from the trace is taken here: it is read once."""
+def _load_and_analyze(path: Location, options: AnalysisOptions, grad_accum: int,
+                      several: bool, decode_workers: int = 1) -> _Outcome:
+    """Load and analyze one trace, its window decided from its own steps; ``several``: the
+    run has other traces, which may decide otherwise. Everything taken from the trace is
+    taken here: it is read once."""
     try:
         trace = load(path, workers=decode_workers)
         names = classify.step_names(trace)
-        decided = last_step or LastStep.decide(names, options.keep_last_step)
-        result = analyze_rank(trace, trace.rank or 0, decided, options)
-        if options.replay_program and trace.rank in (0, None) and result.buckets is not None \
-                and result.buckets.buckets:
-            from ..simulate.program import read_trace
-
-            result.replay = read_trace(trace, grad_accum, decided)
-        return _Outcome(path, trace.rank, trace.rank_source, names, result, None)
+        own = LastStep.decide(names, options.keep_last_step)
+        outcome = _Outcome(path, trace.rank, trace.rank_source, names,
+                           _analyze(trace, own, options, grad_accum), None)
+        if several and trace.rank is not None and not own.filters:
+            try:
+                filtered = LastStep.KEPT if options.keep_last_step else LastStep.DROPPED
+                outcome.if_filtered = _analyze(trace, filtered, options, grad_accum)
+            except TraceError as error:
+                outcome.if_filtered = error
+        return outcome
     except TraceError as error:
         return _Outcome(path, None, None, set(), None, error)
+
+
+def _analyze(trace: RankTrace, last_step: LastStep, options: AnalysisOptions,
+             grad_accum: int) -> RankResult:
+    result = analyze_rank(trace, trace.rank or 0, last_step, options)
+    if options.replay_program and trace.rank in (0, None) and result.buckets is not None \
+            and result.buckets.buckets:
+        from ..simulate.program import read_trace
+
+        result.replay = read_trace(trace, grad_accum, last_step)
+    return result
 
 
 def _lost(path: Location, reason: str) -> _Outcome:
     return _Outcome(path, None, None, set(), None, TraceError(path, reason))
 
 
-def _map(executor, run: RunInput, paths: list[Location], last_step: LastStep | None,
-         options: AnalysisOptions, on_rank: Progress | None = None) -> list[_Outcome]:
-    """Every trace, loaded and analyzed by ``executor`` (see ``executors``)."""
+def _map(executor, run: RunInput, options: AnalysisOptions,
+         on_rank: Progress | None = None) -> list[_Outcome]:
+    """Every trace of ``run``, loaded and analyzed by ``executor`` (see ``executors``)."""
     config = run.manifest.config
-    return executor.map(_load_and_analyze, paths, last_step, options,
-                        (config.grad_accum if config else None) or 1, on_done=on_rank,
-                        on_lost=_lost)
+    return executor.map(_load_and_analyze, run.traces, options,
+                        (config.grad_accum if config else None) or 1, len(run.traces) > 1,
+                        on_done=on_rank, on_lost=_lost)
 
 
 def _raise_first_error(outcomes: list[_Outcome]) -> None:
@@ -162,17 +180,22 @@ def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[
                 options: AnalysisOptions, executor) -> RunResult:
     _check_ranks(outcomes)
     # HTA drops the last step when the run's traces name at least two distinct ProfilerSteps
-    # between them; a rank that decided otherwise from its own steps alone is redone.
+    # between them; a rank that decided otherwise from its own steps alone takes the analysis
+    # it made for that case.
     last_step = LastStep.decide(set().union(*(o.step_names for o in outcomes)),
                                 options.keep_last_step)
-    stale = [o for o in outcomes if o.result is not None and o.result.last_step != last_step]
-    redone = dict(zip((o.path for o in stale), _map(executor, run, [o.path for o in stale],
-                                                    last_step, options), strict=True))
-    _raise_first_error(list(redone.values()))
     results = []
     for outcome in outcomes:
-        result = redone[outcome.path].result if outcome.path in redone else outcome.result
+        result = outcome.result
         assert result is not None and outcome.rank is not None
+        if result.last_step != last_step and not last_step.filters:
+            # one step named elsewhere in the run, none here: the same window, named so
+            result = replace(result, last_step=last_step)
+        elif result.last_step != last_step:
+            if isinstance(outcome.if_filtered, TraceError):
+                raise outcome.if_filtered
+            result = outcome.if_filtered
+            assert result is not None and result.last_step == last_step
         results.append(replace(result, rank=outcome.rank,
                                buckets=_with_recorded_params(result.buckets, run.manifest)))
     results.sort(key=lambda r: r.rank)
@@ -213,7 +236,7 @@ def analyze_run(run: RunInput, options: AnalysisOptions = DEFAULT_OPTIONS,
     if executor is None:
         with executor_for(options.scheduler, options.jobs) as own:
             return analyze_run(run, options, own, on_rank)
-    outcomes = _map(executor, run, run.traces, None, options, on_rank)
+    outcomes = _map(executor, run, options, on_rank)
     outcomes, skipped = _without_other_json(outcomes)
     _raise_first_error(outcomes)
     return [_finish_run(name, run, members, [*skipped, *notes], options, executor)
