@@ -258,6 +258,11 @@ def _rank_memory(run: RunResult, rank: int) -> dict[str, float | None]:
             "peak_memory_mib": peak_memory_mib(row)}
 
 
+#: Runs whose step and buckets are drawn (a figure each): a page of thousands of runs stays
+#: one a browser opens, in time linear in the runs; their tables are all there.
+MAX_DRAWN_RUNS = 24
+
+
 BUCKET_COLUMNS = [("index", "Bucket"), ("size_bytes", "Bytes"), ("gradients", "Gradients"),
                   ("ready_ms", "Ready (ms)"), ("launched_ms", "Launched (ms)"),
                   ("done_ms", "Done (ms)"), ("exposed_ms", "Exposed (ms)")]
@@ -291,12 +296,13 @@ def bucket_figure(run: RunResult) -> go.Figure | None:
 
 
 def bucket_tables(analysis: Analysis) -> list[dict[str, Any]]:
+    """Each run's bucket table; a figure of it for the first :data:`MAX_DRAWN_RUNS` runs."""
     tables = []
-    for run in analysis.runs:
+    for index, run in enumerate(analysis.runs):
         timeline = run.ranks[0].buckets
         if timeline is None or not timeline.buckets:
             continue
-        figure = bucket_figure(run)
+        figure = bucket_figure(run) if index < MAX_DRAWN_RUNS else None
         tables.append({"run": run.name, "step": timeline.step,
                        "backward_end_ms": timeline.backward_end_ms,
                        "rows": [asdict(b) for b in timeline.buckets],
@@ -356,7 +362,8 @@ def render_report(analysis: Analysis, title: str, findings: list | None = None,
     if memory is not None:
         figures.append(memory)
     html_figures = [embed(fig) for fig in [*figures, *extra_figures]]
-    html_timelines = [embed(timeline_figure(run)) for run in analysis.runs]
+    drawn = analysis.runs[:MAX_DRAWN_RUNS]
+    html_timelines = [embed(timeline_figure(run)) for run in drawn]
     buckets = bucket_tables(analysis)
     return template_environment(html=True).get_template("report.html.j2").render(
         title=title, generated=generated(),
@@ -369,4 +376,6 @@ def render_report(analysis: Analysis, title: str, findings: list | None = None,
             1 for b in buckets if b["figure"]),
         errors=analysis.errors, unfinished=analysis.unfinished,
         last_step_note=_last_step_note(analysis),
+        drawn_note=f"The first {len(drawn)} of {len(analysis.runs)} runs are drawn." if len(
+            drawn) < len(analysis.runs) else "",
         findings=[f.to_dict() for f in findings or []], plotly_js=get_plotlyjs())

@@ -112,7 +112,8 @@ def simulate(run_path: Path, manifest: RunManifest, model: TraceModel, trace_nam
              ) -> Simulation:
     """Predict the run's own configuration and every (world size, cap) combination from
     ``model``, the simulator's reading of its rank 0 trace (``program.read_trace``), and its
-    manifest; ``sweep_points``: measured steps by cap (``--measured``)."""
+    manifest. ``world_sizes``: by default the run's own, 2, 4 and 8; ``[]`` the run's own
+    only. ``sweep_points``: measured steps by cap (``--measured``)."""
     config = manifest.config   # None: not a run ddpprof recorded
     if not model.programs:
         missing = "ProfilerStep" if model.notes else \
@@ -143,7 +144,7 @@ def simulate(run_path: Path, manifest: RunManifest, model: TraceModel, trace_nam
     predictions = []
     for label, n, policy, cap, recorded in _configurations(
             info, config.bucket_cap_mb if config else None, sizes_mb,
-            world_sizes or sorted({world, 2, 4, 8}),
+            sorted({world, 2, 4, 8}) if world_sizes is None else world_sizes or [world],
             world, ready_order):
         scale = world / n
         outcomes = [replay(p, policy, cost, step_contention, n, backend, registration, scale,

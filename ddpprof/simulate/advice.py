@@ -36,7 +36,7 @@ def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdv
     current_cap_mb = config.bucket_cap_mb if config else None
     caps = sorted({*ADVICE_CAPS_MB, *([current_cap_mb] if current_cap_mb else [])})
     try:
-        simulation = simulate(Path(run.folder), run.manifest, model, rank.path, caps, None,
+        simulation = simulate(Path(run.folder), run.manifest, model, rank.path, caps, [],
                               Costs(fallback=fallback_cost))
     except UsageError:
         return None

@@ -1,0 +1,151 @@
+"""Benchmark ddpprof on many runs and on many steps: the time per run and per step must stay
+flat (within 2x) as the input grows, i.e. the work is linear in it.
+
+Side by side in one run, each command in a fresh process (start-up included):
+
+* many runs: a folder of N rankless traces (each a one-rank run of three small training
+  steps on gloo, so that every run gets the bucket-cap advice), for each N of ``--runs``:
+  ``ddpprof analyze FOLDER --json A.json --markdown M.md --html-out R.html`` (discovery,
+  analysis, findings with the simulator's advice, every report), then ``ddpprof gate A.json
+  --baseline A.json`` (N runs matched against N);
+* many steps: one trace of S ProfilerSteps, for each S of ``--steps``: ``ddpprof analyze
+  TRACE --per-step --json A.json`` and ``ddpprof simulate RUN`` (the per-step programs and
+  one replay per step: ``--world-size 2 --bucket-cap-mib 25`` and a given cost model).
+
+How to run, from the repository root::
+
+    python benchmarks/scaling_inputs.py                          # 1,000 to 10,000 runs;
+                                                                 # 10,000 to 100,000 steps
+    python benchmarks/scaling_inputs.py --runs 100,400 --steps 1000,4000   # a quick look
+
+It writes about 20 MB per 1,000 runs and 75 MB per 100,000 steps under a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = {"schema_version": 3, "status": "complete", "config": {
+    "variant": "bucket_ddp_async", "nproc": 1, "backend": "gloo", "grad_accum": 1,
+    "bucket_cap_mb": 25.0}}
+
+
+def span(name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op",
+         **args: object) -> str:
+    return json.dumps({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts,
+                       "dur": dur, "args": args}, separators=(",", ":"))
+
+
+def training_step(number: int, base: float) -> list[str]:
+    """A 1000 µs step of a bucketed gloo run: forward, a backward producing two gradients
+    (1 KiB and 4 KiB, each all-reduced as it is ready: two sizes, so that a cost model can be
+    fitted), the optimizer."""
+    events = [span(f"ProfilerStep#{number}", base, 1000, cat="user_annotation"),
+              span("aten::mm", base + 10, 190),
+              span("autograd::engine::evaluate_function: MmBackward0", base + 200, 300)]
+    for ready, numel, took in ((300, 256, 40), (500, 1024, 90)):
+        dims = {"Input Dims": [[numel]], "Input type": ["float"]}
+        events += [span("torch::autograd::AccumulateGrad", base + ready - 20, 20, **dims),
+                   span("c10d::allreduce_", base + ready + 1, 2),
+                   span("gloo:all_reduce", base + ready + 5, took, tid=9, **dims)]
+    events.append(span("Optimizer.step#AdamW.step", base + 700, 100, cat="user_annotation"))
+    return events
+
+
+def write_trace(path: Path, steps: int, distributed: bool) -> None:
+    info = ',"distributedInfo":{"rank":0,"world_size":2,"backend":"gloo"}' if distributed \
+        else ""
+    with path.open("w") as out:
+        out.write('{"traceEvents":[')
+        for s in range(steps):
+            out.write(("," if s else "") + ",".join(training_step(s, 1000.0 * s)))
+        out.write("]" + info + "}")
+
+
+def many_runs(folder: Path, count: int) -> Path:
+    folder.mkdir(parents=True)
+    write_trace(folder / "model.json", 3, distributed=False)
+    body = (folder / "model.json").read_bytes()
+    for k in range(1, count):
+        (folder / f"model-{k:05d}.json").write_bytes(body)
+    return folder
+
+
+def many_steps(folder: Path, steps: int) -> Path:
+    folder.mkdir(parents=True)
+    write_trace(folder / "rank0.json", steps, distributed=True)
+    (folder / "run.json").write_text(json.dumps(MANIFEST))
+    return folder
+
+
+def timed(*args: str) -> float:
+    """Wall seconds of ``ddpprof ARGS`` in a fresh process (which must succeed)."""
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "ddpprof.cli", *args], cwd=REPO_ROOT,
+                            env={**os.environ, "CI": "true"}, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    if result.returncode not in (0, 1):
+        sys.exit(f"ddpprof {' '.join(args)} failed:\n{result.stderr[-2000:]}")
+    return elapsed
+
+
+def table(title: str, unit: str, rows: list[tuple[int, dict[str, float]]]) -> None:
+    """Seconds and time per item for each size, and the spread of the time per item."""
+    commands = list(rows[0][1])
+    print(f"\n{title}")
+    print(f"| {unit} | " + " | ".join(f"{c} s | {c} ms per {unit[:-1]}" for c in commands)
+          + " |")
+    print("| ---: |" + " ---: | ---: |" * len(commands))
+    for size, seconds in rows:
+        print(f"| {size:,} | " + " | ".join(f"{seconds[c]:.1f} | {1e3 * seconds[c] / size:.3f}"
+                                           for c in commands) + " |")
+    for command in commands:
+        per = [seconds[command] / size for size, seconds in rows]
+        print(f"{command}: largest / smallest time per {unit[:-1]} = {max(per) / min(per):.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", default="1000,2000,5000,10000")
+    parser.add_argument("--steps", default="10000,20000,50000,100000")
+    parser.add_argument("--jobs", default="2", help="analyze --jobs")
+    args = parser.parse_args()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"{platform.node()}: {cores} cores, {platform.machine()}, Python "
+          f"{platform.python_version()}")
+    with tempfile.TemporaryDirectory(prefix="ddpprof-scaling-") as tmp:
+        root = Path(tmp)
+        run_rows = []
+        for count in (int(n) for n in args.runs.split(",")):
+            folder = many_runs(root / f"runs-{count}", count)
+            analysis = root / f"runs-{count}.json"
+            run_rows.append((count, {
+                "analyze": timed("analyze", str(folder), "--jobs", args.jobs, "--json",
+                                 str(analysis), "--markdown", str(root / "m.md"),
+                                 "--html-out", str(root / "r.html")),
+                "gate": timed("gate", str(analysis), "--baseline", str(analysis),
+                              "--json", str(root / "g.json"))}))
+        step_rows = []
+        for steps in (int(n) for n in args.steps.split(",")):
+            run = many_steps(root / f"steps-{steps}", steps)
+            step_rows.append((steps, {
+                "analyze": timed("analyze", str(run), "--per-step", "--jobs", args.jobs,
+                                 "--json", str(root / "s.json")),
+                "simulate": timed("simulate", str(run), "--world-size", "2",
+                                  "--bucket-cap-mib", "25", "--latency-us", "10",
+                                  "--bandwidth-gbps", "1", "--json", str(root / "p.json"))}))
+    table("Many runs (rankless traces in one folder, one run each)", "runs", run_rows)
+    table("Many steps (one trace)", "steps", step_rows)
+
+
+if __name__ == "__main__":
+    main()
