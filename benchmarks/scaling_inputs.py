@@ -1,5 +1,7 @@
 """Benchmark ddpprof on many runs and on many steps: the time per run and per step must stay
-flat (within 2x) as the input grows, i.e. the work is linear in it.
+flat (within 2x) as the input grows, i.e. the work is linear in it. (Each time includes the
+process's start-up and the report's fixed part, so the time per item falls a little as the
+input grows; work that grew faster than the input would make it rise.)
 
 Side by side in one run, each command in a fresh process (start-up included):
 
@@ -110,7 +112,9 @@ def table(title: str, unit: str, rows: list[tuple[int, dict[str, float]]]) -> No
                                            for c in commands) + " |")
     for command in commands:
         per = [seconds[command] / size for size, seconds in rows]
-        print(f"{command}: largest / smallest time per {unit[:-1]} = {max(per) / min(per):.2f}")
+        print(f"{command}: time per {unit[:-1]} at the largest size / at the smallest = "
+              f"{per[-1] / per[0]:.2f}; largest / smallest over all sizes = "
+              f"{max(per) / min(per):.2f}")
 
 
 def main() -> None:

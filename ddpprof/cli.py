@@ -16,20 +16,16 @@ from rich_click import RichCommand, RichGroup
 
 from . import __version__
 from . import options as o
+from .commands.variants import help_text
 from .errors import Interrupted, RunFailed, UsageError, describe_os_error
-from .record.config import option_fields
+from .options import exits
+from .record.config import option_fields, record_option_fields
 from .report.output import Output, Outputs, emit
+from .variants import DEFAULT_BUCKET_CAP_MIB
 
 help_style.OPTIONS_TABLE_COLUMN_TYPES = ["required", "opt_short", "opt_long", "help"]
 help_style.OPTIONS_TABLE_HELP_SECTIONS = ["help", "deprecated", "envvar", "default", "required",
                                          "metavar"]  # the type after the help: more room
-#: RunConfig fields that are list options of their own (``record`` records their product).
-LISTED = ("model", "nproc", "bucket_cap_mb")
-
-
-def exits(one: str) -> str:
-    return (f"Exit status: 0 done; 1 {one}; 2 bad input (one line on stderr, nothing run)."
-            if one else "Exit status: 0 done; 2 bad input (one line on stderr).")
 
 
 class Commands(RichGroup):
@@ -56,19 +52,13 @@ def cli() -> None:
     how much gradient communication hides behind backward, and what to change."""
 
 
-def _record_help() -> str:
-    from .commands.variants import help_text
-
-    return "\n\n".join(["Variants (--variant):", *help_text(), exits("a run failed")])
-
-
-@cli.command(epilog=_record_help())
+@cli.command(epilog="\n\n".join(["Variants (--variant):", *help_text(), exits("a run failed")]))
 @o.variant_option("bucket_ddp_async")
 @o.model_option("mlp-large", "Any name with --model-path. ")
 @o.nproc_option("2")
-@o.bucket_cap_option("25", "Gradient bucket size in MiB (variants with buckets).")
-@o.config_options(option_fields(), only=[f.name for f in option_fields()
-                                         if f.name not in LISTED])
+@o.bucket_cap_option(f"{DEFAULT_BUCKET_CAP_MIB:g}", "Gradient bucket size in MiB (variants "
+                     "with buckets).")
+@o.config_options(option_fields(), only=[f.name for f in record_option_fields()])
 @o.out_option("traces", "The folder the run folders go in.")
 @click.option("--name", type=o.RUN_NAME,
               help="The run folder's name [default: the variant]; with several runs, the "
@@ -86,21 +76,7 @@ def record(**kwargs: Any) -> None:
 
 @cli.command(epilog=exits(""))
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--per-step", is_flag=True, help="Also break each ProfilerStep down.")
-@click.option("--hta-compat", is_flag=True,
-              help="Reproduce HTA 0.5.0's defaults: timestamps rounded inward to whole µs, "
-                   "only NCCL kernels as communication.")
-@click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX",
-              help="Also count kernels whose name matches REGEX as communication. Repeatable.")
-@click.option("--engine", type=click.Choice(["native", "hta"]), default="native",
-              show_default=True, help="hta: HolisticTraceAnalysis computes the GPU shares.")
-@o.keep_last_step_option()
-@click.option("--critical-path", is_flag=True,
-              help="Also each step's critical path across ranks (see `ddpprof critical-path`).")
-@click.option("--jobs", type=o.POSITIVE_INT, help="Ranks analyzed in parallel.")
-@click.option("--scheduler", envvar="DDPPROF_SCHEDULER", metavar="ADDRESS",
-              help="Analyze the ranks on this Dask cluster (tcp://host:8786) [env: "
-                   "DDPPROF_SCHEDULER]; the workers read the traces.")
+@o.analysis_options()
 @o.outputs("every metric, per run and per rank (the gate's input)", html="<name>",
            progress=True)
 def analyze(**kwargs: Any) -> None:
@@ -116,16 +92,7 @@ def analyze(**kwargs: Any) -> None:
 @cli.command("critical-path", epilog=exits(""))
 @click.argument("paths", nargs=-1, required=True)
 @o.keep_last_step_option()
-@click.option("--faster", multiple=True, metavar="CLASS=PCT",
-              help="Also replay each step with the work of CLASS (gemm or compute) PCT % "
-                   "shorter, e.g. gemm=20. Repeatable: one replay each.")
-@click.option("--faster-network", multiple=True, metavar="PCT",
-              help="Also replay with every collective's transfer PCT % shorter. Repeatable.")
-@click.option("--rank-delay", multiple=True, metavar="RANK=US",
-              help="Also replay with RANK starting its step US µs later (negative: sooner). "
-                   "Repeatable.")
-@click.option("--graph-json", type=o.OUTPUT, metavar="FILE|-",
-              help="Write every step's dependency graph as JSON (- for standard output).")
+@o.what_if_options()
 @o.outputs("the critical path of every step", html="<name>-critical-path", progress=True)
 def critical_path(**kwargs: Any) -> None:
     """The chain of work across ranks that sets each step's length, and what it is made of:
@@ -140,16 +107,7 @@ def critical_path(**kwargs: Any) -> None:
 
 @cli.command(epilog=exits("a rule is broken (a regression)"))
 @click.argument("current", type=o.FOLDER)
-@click.option("--baseline", required=True, type=o.FOLDER,
-              help="A `ddpprof analyze --json` file.")
-@click.option("--rule", "rules", multiple=True,
-              help="METRIC OP RHS, e.g. 'overlap_pct >= baseline - 2' or 'compute_pct >= 60'. "
-                   "Repeatable. [default: overlap_pct >= baseline - 2]")
-@click.option("--tolerance", default=0.0, show_default=True, type=o.NON_NEGATIVE_FLOAT,
-              help="Slack, in each metric's units, before a rule counts as broken.")
-@click.option("--aggregate", type=click.Choice(["none", "median"]), default="none",
-              show_default=True,
-              help="median: the repeats of each variant and configuration become their median.")
+@o.gate_options()
 @o.outputs("the verdicts")
 def gate(**kwargs: Any) -> None:
     """Fail (exit 1) when a metric of CURRENT breaks a rule against the baseline.
@@ -204,13 +162,8 @@ def sweep(**kwargs: Any) -> None:
 @o.model_option("mlp-small,mlp-medium,mlp-large,mlp-xlarge")
 @o.variant_option("single,simple_ddp,simple_ddp_async,pytorch_ddp")
 @o.nproc_option("1,2")
-@click.option("--repeats", default=3, show_default=True, type=o.POSITIVE_INT,
-              help="Timed runs per configuration, interleaved.")
 @o.config_options(option_fields(), only=("steps", "global_batch", "backend"))
-@click.option("--warmup-steps", default=2, show_default=True, type=o.NON_NEGATIVE_INT,
-              help="Steps left out of every timing.")
-@click.option("--overhead/--no-overhead", default=True, show_default=True,
-              help="One profiled run per configuration, for the profiler's overhead.")
+@o.bench_options()
 @o.out_option("bench", "The folder the run folders go in (VARIANT-MODEL-nN-TAG).")
 @o.outputs("one row per configuration", html="bench", progress=True)
 def bench(**kwargs: Any) -> None:
@@ -222,14 +175,7 @@ def bench(**kwargs: Any) -> None:
 @cli.command(epilog=exits(""))
 @click.argument("run_paths", metavar="[RUN]...", nargs=-1, type=o.FOLDER)
 @o.model_option(None, "Parameters counted from its definition. ")
-@click.option("--model-path", type=o.FOLDER,
-              help="A local Hugging Face checkpoint folder (parameters counted on the meta "
-                   "device; needs the [record] extra).")
-@o.world_size_option("Ranks N.")
-@o.list_option("--precision", "precisions", item=click.Choice(["fp32", "bf16-mixed"]),
-               metavar="P", help="fp32 or bf16-mixed [default: both].")
-@o.list_option("--optimizer", "optimizers", item=click.Choice(["adamw", "sgd-momentum", "sgd"]),
-               metavar="O", help="adamw, sgd-momentum or sgd (no momentum) [default: all].")
+@o.memory_options()
 @o.outputs("the estimates, or each run's ranks beside its estimate")
 def memory(run_paths: tuple[Path, ...], **kwargs: Any) -> None:
     """Bytes per rank for DDP and ZeRO stages 1-3 (parameters, gradients, optimizer state) and

@@ -370,3 +370,89 @@ def cost_model_options() -> Callable[[F], F]:
                           "do)."),
         click.option("--measured", type=FOLDER,
                      help="A `ddpprof sweep --json` file: measured points to compare and draw."))
+
+
+def analysis_options() -> Callable[[F], F]:
+    """How ``analyze`` reads the traces and where it runs."""
+    return _stack(
+        click.option("--per-step", is_flag=True, help="Also break each ProfilerStep down."),
+        click.option("--hta-compat", is_flag=True,
+                     help="Reproduce HTA 0.5.0's defaults: timestamps rounded inward to whole "
+                          "µs, only NCCL kernels as communication."),
+        click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX",
+                     help="Also count kernels whose name matches REGEX as communication. "
+                          "Repeatable."),
+        click.option("--engine", type=click.Choice(["native", "hta"]), default="native",
+                     show_default=True,
+                     help="hta: HolisticTraceAnalysis computes the GPU shares."),
+        keep_last_step_option(),
+        click.option("--critical-path", is_flag=True,
+                     help="Also each step's critical path across ranks (see `ddpprof "
+                          "critical-path`)."),
+        click.option("--jobs", type=POSITIVE_INT, help="Ranks analyzed in parallel."),
+        click.option("--scheduler", envvar="DDPPROF_SCHEDULER", metavar="ADDRESS",
+                     help="Analyze the ranks on this Dask cluster (tcp://host:8786) [env: "
+                          "DDPPROF_SCHEDULER]; the workers read the traces."))
+
+
+def what_if_options() -> Callable[[F], F]:
+    """``critical-path``'s edits to replay, and its graph output."""
+    return _stack(
+        click.option("--faster", multiple=True, metavar="CLASS=PCT",
+                     help="Also replay each step with the work of CLASS (gemm or compute) PCT % "
+                          "shorter, e.g. gemm=20. Repeatable: one replay each."),
+        click.option("--faster-network", multiple=True, metavar="PCT",
+                     help="Also replay with every collective's transfer PCT % shorter. "
+                          "Repeatable."),
+        click.option("--rank-delay", multiple=True, metavar="RANK=US",
+                     help="Also replay with RANK starting its step US µs later (negative: "
+                          "sooner). Repeatable."),
+        click.option("--graph-json", type=OUTPUT, metavar="FILE|-",
+                     help="Write every step's dependency graph as JSON (- for standard "
+                          "output)."))
+
+
+def gate_options() -> Callable[[F], F]:
+    """The gate's baseline and rules."""
+    return _stack(
+        click.option("--baseline", required=True, type=FOLDER,
+                     help="A `ddpprof analyze --json` file."),
+        click.option("--rule", "rules", multiple=True,
+                     help="METRIC OP RHS, e.g. 'overlap_pct >= baseline - 2' or 'compute_pct "
+                          ">= 60'. Repeatable. [default: overlap_pct >= baseline - 2]"),
+        click.option("--tolerance", default=0.0, show_default=True, type=NON_NEGATIVE_FLOAT,
+                     help="Slack, in each metric's units, before a rule counts as broken."),
+        click.option("--aggregate", type=click.Choice(["none", "median"]), default="none",
+                     show_default=True, help="median: the repeats of each variant and "
+                                             "configuration become their median."))
+
+
+def bench_options() -> Callable[[F], F]:
+    """``bench``'s repetitions, warm-up and profiled run."""
+    return _stack(
+        click.option("--repeats", default=3, show_default=True, type=POSITIVE_INT,
+                     help="Timed runs per configuration, interleaved."),
+        click.option("--warmup-steps", default=2, show_default=True, type=NON_NEGATIVE_INT,
+                     help="Steps left out of every timing."),
+        click.option("--overhead/--no-overhead", default=True, show_default=True,
+                     help="One profiled run per configuration, for the profiler's overhead."))
+
+
+def memory_options() -> Callable[[F], F]:
+    """What ``memory`` estimates for, beside ``--model`` and ``--world-size``."""
+    return _stack(
+        click.option("--model-path", type=FOLDER,
+                     help="A local Hugging Face checkpoint folder (parameters counted on the "
+                          "meta device; needs the [record] extra)."),
+        world_size_option("Ranks N."),
+        list_option("--precision", "precisions", item=click.Choice(["fp32", "bf16-mixed"]),
+                    metavar="P", help="fp32 or bf16-mixed [default: both]."),
+        list_option("--optimizer", "optimizers",
+                    item=click.Choice(["adamw", "sgd-momentum", "sgd"]), metavar="O",
+                    help="adamw, sgd-momentum or sgd (no momentum) [default: all]."))
+
+
+def exits(one: str) -> str:
+    """A command's exit statuses, for its help (``one``: what exit status 1 means)."""
+    return (f"Exit status: 0 done; 1 {one}; 2 bad input (one line on stderr, nothing run)."
+            if one else "Exit status: 0 done; 2 bad input (one line on stderr).")

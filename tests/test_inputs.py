@@ -19,7 +19,7 @@ from trace_builders import span, step, write_trace
 from ddpprof.analysis import AnalysisOptions, LastStep, analyze_paths
 from ddpprof.cli import main
 from ddpprof.metrics import intervals as iv
-from ddpprof.simulate import simulate_run
+from ddpprof.simulate import simulate_run, to_json_document
 from ddpprof.simulate.advice import cap_advice_for_runs
 from ddpprof.simulate.program import read_trace
 from ddpprof.trace import classify
@@ -123,6 +123,7 @@ def test_analyze_and_simulate_cover_the_same_steps(tmp_path):
                                   keep_last_step=keep, allow_sweep=False)
         steps = [row.step for row in analyzed.ranks[0].per_step]
         assert steps == [p.step for p in simulation.programs]
+        assert to_json_document(simulation).steps == steps
         assert steps == [f"ProfilerStep#{n}" for n in range(4 if keep else 3)]
 
 

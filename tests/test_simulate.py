@@ -475,3 +475,21 @@ def test_a_sweep_that_finds_no_fit_is_one_line(tmp_path, monkeypatch, capsys):
     assert error == (f"ddpprof: error: calibration {run / 'calibration.json'} (measured now): "
                      "no cost model (no fit: time does not grow with size); give "
                      "--bandwidth-gbps with --latency-us, or --calibration FILE")
+
+
+def test_the_registry_says_how_each_variant_is_replayed():
+    """The variant registry is the one place that knows a variant's properties: they agree
+    with one another for every variant (a new one included)."""
+    for info in VARIANTS.values():
+        assert info.bucketed == (info.replay in ("bucketed", "sharded")), info.name
+        assert info.blocking == (info.replay == "blocking"), info.name
+        if info.replay == "sharded":
+            assert info.sharded and info.gradient_collective == "reduce_scatter", info.name
+        if not info.distributed:
+            assert info.replay == "recorded" and not info.bucketed, info.name
+    # bench's communication time is the sync's for exactly the blocking ones
+    from ddpprof.bench import rows
+
+    configs = [("m", name, 2) for name in ("simple_ddp", "bucket_ddp_async")]
+    table = rows(configs, {c: [(0.1, 0.02)] for c in configs}, {}, 64)
+    assert [row.comm_ms for row in table] == [pytest.approx(20.0), None]

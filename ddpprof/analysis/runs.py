@@ -177,7 +177,7 @@ def _step_note(last_step: LastStep, kind: str) -> str | None:
 
 
 def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[str],
-                options: AnalysisOptions, executor) -> RunResult:
+                options: AnalysisOptions) -> RunResult:
     _check_ranks(outcomes)
     # HTA drops the last step when the run's traces name at least two distinct ProfilerSteps
     # between them; a rank that decided otherwise from its own steps alone takes the analysis
@@ -239,7 +239,7 @@ def analyze_run(run: RunInput, options: AnalysisOptions = DEFAULT_OPTIONS,
     outcomes = _map(executor, run, options, on_rank)
     outcomes, skipped = _without_other_json(outcomes)
     _raise_first_error(outcomes)
-    return [_finish_run(name, run, members, [*skipped, *notes], options, executor)
+    return [_finish_run(name, run, members, [*skipped, *notes], options)
             for name, members, notes in _assign_ranks(run, outcomes)]
 
 

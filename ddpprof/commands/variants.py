@@ -17,24 +17,30 @@ class VariantRow:
     bucketed: bool              # --bucket-cap-mib changes what it does
     zero_stage: int             # what each rank holds a shard of (0: nothing)
     default_grad_accum: int
+    gradient_collective: str | None  # what its gradient sync launches
+    blocking: bool              # all its communication blocks, after backward
+    replay: str                 # how ddpprof simulate replays its sync
 
 
 COLUMNS = [Column("name"), Column("description", max_width=70),
-           Column("bucketed", wide=True), Column("zero_stage", wide=True),
-           Column("distributed", wide=True), Column("default_grad_accum", wide=True)]
+           *(Column(name, wide=True) for name in (
+               "bucketed", "zero_stage", "distributed", "default_grad_accum",
+               "gradient_collective", "blocking", "replay"))]
 
 
 @dataclass(frozen=True)
 class VariantsDocument:
     variants: list[VariantRow]
     schema: str = "ddpprof.variants"
-    version: int = 1
+    version: int = 2            # 2: gradient_collective, blocking, replay
 
 
 def variants(outputs: Outputs) -> Output:
     outputs.check("variants")
     rows = [VariantRow(info.name, info.description, info.distributed, info.bucketed,
-                       info.zero_stage, info.default_grad_accum) for info in VARIANTS.values()]
+                       info.zero_stage, info.default_grad_accum,
+                       info.gradient_collective if info.distributed else None,
+                       info.blocking, info.replay) for info in VARIANTS.values()]
     return Output(VariantsDocument(rows), [Table(COLUMNS, rows)], title="ddpprof variants")
 
 

@@ -95,10 +95,6 @@ class RunConfig(Launch):
     # bench times unprofiled runs; not an option of record
     profile: bool = True
 
-    @property
-    def micro_batch_per_rank(self) -> int:
-        return self.global_batch // (self.grad_accum or 1) // self.world_size
-
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)
 
@@ -115,6 +111,17 @@ class RunConfig(Launch):
 def option_fields() -> list[dataclasses.Field]:
     """The fields that are command-line options, in declaration order."""
     return [f for f in dataclasses.fields(RunConfig) if "help" in f.metadata]
+
+
+#: Fields that ``record`` takes as list options of their own (it records their product).
+LIST_FIELDS = ("model", "nproc", "bucket_cap_mb")
+
+
+def record_option_fields() -> list[dataclasses.Field]:
+    """The fields that are ``record``'s single-valued options: what it runs, then where."""
+    where = {f.name for f in dataclasses.fields(Launch)}
+    return sorted((f for f in option_fields() if f.name not in LIST_FIELDS),
+                  key=lambda f: f.name in where)
 
 
 def encode_hook(value: Any) -> Any:

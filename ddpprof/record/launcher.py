@@ -35,7 +35,7 @@ from ..manifest import (
 from ..options import check_run_name
 from ..progress import Progress
 from ..run_folder import FOLDER_ID_ENV, RunFolder
-from ..variants import VARIANT_NAMES, VARIANTS
+from ..variants import VARIANTS
 from . import folders, grid, measurements, process
 from .config import CONFIG_FILE, Launch, RunConfig, encode_hook
 from .failure import run_error
@@ -97,18 +97,6 @@ class RunOutcome:
     @property
     def error(self) -> str | None:
         return status_detail(self.manifest)
-
-
-def parse_variants(spec: str) -> list[str]:
-    """``all``, one name, or a comma-separated list."""
-    if spec.strip() == "all":
-        return list(VARIANT_NAMES)
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    unknown = [n for n in names if n not in VARIANTS]
-    if unknown or not names:
-        raise UsageError(f"unknown variant {', '.join(map(repr, unknown)) or repr(spec)} "
-                         f"(choose from all, {', '.join(VARIANT_NAMES)})")
-    return list(dict.fromkeys(names))
 
 
 def cuda_device_count() -> int:

@@ -120,7 +120,9 @@ def simulate(run_path: Path, manifest: RunManifest, model: TraceModel, trace_nam
             f"{GRAD_READY} spans with shapes: record with record_shapes"
         raise UsageError(f"{trace_name}: nothing to replay (no {missing})")
     world = model.world_size or (config.world_size if config else 1)
-    backend = (config.backend if config else None) or model.backend
+    # what the trace says the run used, as analyze reports it (a hand-written run.json may
+    # leave the configured backend at "auto")
+    backend = model.backend or (config.backend if config else None)
     notes = list(model.notes)
     variant = config.variant if config else None
     info = variant_info(variant)

@@ -56,7 +56,7 @@ def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdv
 def _model_key(run: RunResult) -> tuple[str | None, int | None]:
     """What runs must share to share a cost model: backend and world size."""
     rank, config = run.ranks[0], run.manifest.config
-    return ((config.backend if config else None) or rank.backend,
+    return (rank.backend or (config.backend if config else None),
             rank.world_size or (config.world_size if config else None))
 
 

@@ -12,6 +12,7 @@ from ..json_input import read_json_bytes
 from ..manifest import RunManifest, validation_problem
 from ..report.table import Column, columns
 from ..variants import DEFAULT_BUCKET_CAP_MIB
+from .program import StepProgram
 from .results import (
     WHAT_IF_VARIANT,
     Measured,
@@ -43,14 +44,16 @@ class ContentionDocument(msgspec.Struct, kw_only=True):
 
 
 class SimulateDocument(msgspec.Struct, kw_only=True):
-    """``ddpprof simulate --json``: schema ``ddpprof.simulate``, version 3 (rows name the cap
-    ``bucket_cap_mib``)."""
+    """``ddpprof simulate --json``: schema ``ddpprof.simulate``, version 4 (``steps``; 3: rows
+    name the cap ``bucket_cap_mib``)."""
 
     schema: str = "ddpprof.simulate"
-    version: int = 3
+    version: int = 4
     run: str
     variant: str | None
     world_size: int
+    #: The ProfilerSteps replayed: the analyzed window's (``analyze``'s), those with a backward
+    steps: list[str]
     rows: list[SimulateRow]
     cost: CostDocument
     contention: ContentionDocument
@@ -94,11 +97,18 @@ def summary_lines(simulation: Simulation) -> list[str]:
         f"{contention.comm_overlapped:.2f}x beside compute (over the run; each step is "
         "replayed with its own)",
         f"step model from {simulation.trace_name} (median of {len(programs)} profiled steps, "
-        f"world size {simulation.world_size}): before backward {part('pre_us'):.2f} ms, "
+        f"{_steps_text(programs)}; world size {simulation.world_size}): before backward "
+        f"{part('pre_us'):.2f} ms, "
         f"backward {part('backward_us'):.2f} ms ({len(programs[0].grads)} gradients), sync "
         f"{part('sync_us'):.2f} ms, optimizer {part('post_us'):.2f} ms; profiler overhead "
         f"{simulation.overhead_ratio:.3f}x divided out"]
     return lines + [f"note: {note}" for note in simulation.notes]
+
+
+def _steps_text(programs: list[StepProgram]) -> str:
+    """``ProfilerStep#1`` or ``ProfilerStep#1 to ProfilerStep#3``."""
+    first, last = programs[0].step, programs[-1].step
+    return first if first == last else f"{first} to {last}"
 
 
 def verdict_lines(simulation: Simulation) -> list[str]:
@@ -138,7 +148,7 @@ def to_json_document(simulation: Simulation) -> SimulateDocument:
     cost, contention = simulation.cost, simulation.contention
     return SimulateDocument(
         run=simulation.run, variant=simulation.variant, world_size=simulation.world_size,
-        rows=simulation.rows,
+        steps=[p.step for p in simulation.programs], rows=simulation.rows,
         cost=CostDocument(alpha_us=cost.alpha_us, beta_gbps=cost.beta_bytes_per_us / 1e3,
                           r2=cost.r2, samples=cost.samples, source=cost.source),
         contention=ContentionDocument(compute_slowdown=contention.compute_slowdown,

@@ -51,7 +51,7 @@ class VariantInfo:
     #: How the simulator replays its gradient sync; a variant it has no model of replays its
     #: own recorded collectives.
     replay: ReplayPolicy = "recorded"
-    #: The collective its gradient sync launches (what a bucket is reduced by).
+    #: The collective its gradient sync launches (what a bucket is reduced by), if distributed.
     gradient_collective: str = "all_reduce"
     #: One line for ``record --help`` and ``ddpprof variants``.
     description: str = ""
