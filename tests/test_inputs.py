@@ -208,3 +208,12 @@ def test_interval_window_is_the_intersection_with_one_interval(spans, lo, width)
     expected = iv.intersect(intervals, (np.array([float(lo)]), np.array([float(lo + width)])))
     got = iv.window(intervals, lo, lo + width)
     assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+
+
+def test_a_rank_with_no_step_in_a_run_of_steps_is_one_line(tmp_path):
+    run = write_run(tmp_path / "run", steps=3)
+    write_trace(run / "rank1.json", [span("aten::mm", 0, 10)], rank=1, world_size=2)
+    analysis = analyze_paths([run], AnalysisOptions(jobs=1))
+    [problem] = analysis.errors
+    assert problem.error == (f"{run / 'rank1.json'}: no ProfilerStep, while the run's other "
+                             "traces name two or more: its ranks have no steps in common")

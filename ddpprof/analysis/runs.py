@@ -59,9 +59,12 @@ def _load_and_analyze(path: Location, options: AnalysisOptions, grad_accum: int,
         outcome = _Outcome(path, trace.rank, trace.rank_source, names,
                            _analyze(trace, own, options, grad_accum), None)
         if several and trace.rank is not None and not own.filters:
+            # (the analysis, not the decoding, is what is done twice: a few % of a trace's time)
+            filtered = LastStep.KEPT if options.keep_last_step else LastStep.DROPPED
             try:
-                filtered = LastStep.KEPT if options.keep_last_step else LastStep.DROPPED
-                outcome.if_filtered = _analyze(trace, filtered, options, grad_accum)
+                outcome.if_filtered = _analyze(trace, filtered, options, grad_accum) if names \
+                    else TraceError(path, "no ProfilerStep, while the run's other traces name "
+                                          "two or more: its ranks have no steps in common")
             except TraceError as error:
                 outcome.if_filtered = error
         return outcome
