@@ -131,7 +131,11 @@ class RunMeasurements(msgspec.Struct, kw_only=True):
 
     @property
     def allreduces_per_sync(self) -> int | None:
-        return (self.collectives_per_sync or {}).get("all_reduce")
+        """The all-reduces of ``collectives_per_sync`` (0 when it launches none; None where
+        the run does not say)."""
+        if self.collectives_per_sync is None:
+            return None
+        return self.collectives_per_sync.get("all_reduce", 0)
 
 
 class StepRecord(msgspec.Struct, kw_only=True):

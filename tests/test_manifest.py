@@ -44,6 +44,8 @@ def test_a_version_2_manifest_reads_into_the_run_config():
         threads_per_rank=16, torch_version="2.11.0+cu130",
         collectives_per_sync={"all_reduce": 1}, seq_len=None)
     assert manifest.measured.allreduces_per_sync == 1
+    assert RunMeasurements(collectives_per_sync={"reduce_scatter": 2}).allreduces_per_sync == 0
+    assert RunMeasurements().allreduces_per_sync is None
 
 
 def test_version_2_renames_are_mapped():

@@ -369,7 +369,7 @@ def test_every_variants_run_simulates_with_no_flags(all_variants, tmp_path, ddpp
     assert "measuring all-reduce on this machine (gloo, 2 ranks" in single.stderr
     assert (runs / "single" / "calibration.json").is_file()
     document = json.loads((tmp_path / "single.json").read_text())
-    assert document["schema"] == "ddpprof.simulate" and document["version"] == 3
+    assert document["schema"] == "ddpprof.simulate" and document["version"] == 4
     assert [(r["variant"], r["world_size"], r["bucket_cap_mib"]) for r in document["rows"]] == [
         ("single", 1, None), ("bucket_ddp_async", 2, 1.0), ("bucket_ddp_async", 2, 25.0)]
     assert 'data-figures="1"' in (tmp_path / "single.html").read_text()
