@@ -81,20 +81,31 @@ def count_opens(monkeypatch, tmp_path):
     return start
 
 
-def _analyze(*args: str) -> int:
-    """``ddpprof analyze ARGS`` in this process; its exit status."""
+def _ddpprof(*args: str) -> int:
+    """``ddpprof ARGS`` in this process; its exit status."""
     try:
-        main(["analyze", "--quiet", *args])
+        main([*args, "--quiet"])
     except SystemExit as exit:
         return int(exit.code or 0)
     return 0
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])
-def test_analyze_with_advice_opens_each_trace_once(jobs, tmp_path, count_opens):
+def _analyze(*args: str) -> int:
+    return _ddpprof("analyze", *args)
+
+
+@pytest.mark.parametrize("command", [
+    ["analyze", "--jobs", "1"], ["analyze", "--jobs", "2"],
+    ["analyze", "--jobs", "2", "--critical-path"], ["critical-path"]],
+    ids=["analyze", "analyze on 2 processes", "analyze --critical-path", "critical-path"])
+def test_each_trace_is_opened_once(command, tmp_path, count_opens):
     run = write_run(tmp_path / "run")
     opened = count_opens()
-    assert _analyze(str(run), "--jobs", jobs, "--json", str(tmp_path / "a.out")) == 0
+    assert _ddpprof(*command, str(run), "--json", str(tmp_path / "a.out")) == 0
+    if "critical-path" in " ".join(command):
+        document = json.loads((tmp_path / "a.out").read_text())
+        steps = document.get("critical_path", document).get("steps")
+        assert len(steps) == 3   # the graphs were built (4 steps, the last dropped)
     traces = {str((run / f"rank{r}.json").resolve()) for r in (0, 1)}
     assert {path: n for path, n in opened().items() if path in traces} == dict.fromkeys(
         traces, 1)

@@ -22,9 +22,11 @@ class AnalysisOptions:
     engine: str = "native"             # "hta": HTA itself computes the GPU shares
     jobs: int | None = None            # ranks analyzed at once (default: the cores)
     scheduler: str | None = None       # a Dask scheduler's address: analyze there
-    #: Also rank 0's step program for the simulator (``analyze``'s bucket-cap advice), made
-    #: where the trace is read, so that the trace is read once.
+    #: Also rank 0's step program for the simulator (``analyze``'s bucket-cap advice), and
+    #: each rank's share of its steps' dependency graphs (``critical-path``), made where the
+    #: trace is read, so that the trace is read once.
     replay_program: bool = False
+    step_graphs: bool = False
 
 
 class LastStep(StrEnum):

@@ -13,6 +13,7 @@ from .buckets import BucketTimeline
 from .options import LastStep
 
 if TYPE_CHECKING:
+    from ..graph.build import RankStep
     from ..simulate.program import TraceModel
 
 
@@ -74,6 +75,8 @@ class RankResult:
     #: The simulator's reading of the trace (``AnalysisOptions.replay_program``; rank 0 of a
     #: run whose gradients were bucketed), for the bucket-cap advice.
     replay: TraceModel | None = None
+    #: This rank's share of the graph of each analyzed step (``AnalysisOptions.step_graphs``).
+    graph_steps: list[RankStep] | None = None
 
 
 @dataclass

@@ -80,6 +80,10 @@ def _analyze(trace: RankTrace, last_step: LastStep, options: AnalysisOptions,
         from ..simulate.program import read_trace
 
         result.replay = read_trace(trace, grad_accum, last_step)
+    if options.step_graphs:
+        from ..graph.build import rank_steps
+
+        result.graph_steps = rank_steps(trace, trace.rank or 0, options.keep_last_step)
     return result
 
 

@@ -36,15 +36,16 @@ def edits_of(faster: Sequence[str], faster_network: Sequence[str],
         for text in texts]
 
 
-def critical_paths(analysis: Analysis, keep_last_step: bool, edits: list[list[Edit]]
+def critical_paths(analysis: Analysis, edits: list[list[Edit]]
                    ) -> tuple[list[StepPath], dict[str, list[StepGraph]], list[str]]:
-    """The critical path of every analyzed step of every run of ``analysis``."""
+    """The critical path of every analyzed step of every run of ``analysis`` (analyzed with
+    ``AnalysisOptions.step_graphs``: each rank's share of the graphs came with it)."""
     steps: list[StepPath] = []
     graphs: dict[str, list[StepGraph]] = {}
     notes: list[str] = []
     for run in analysis.runs:
-        ranks = {r.rank: location_of(r.path) for r in run.ranks}
-        found, graphs[run.name], run_notes = run_paths(run.name, ranks, keep_last_step, edits)
+        ranks = {r.rank: r.graph_steps or [] for r in run.ranks}
+        found, graphs[run.name], run_notes = run_paths(run.name, ranks, edits)
         steps += found
         notes += run_notes
     return steps, graphs, notes
@@ -65,14 +66,15 @@ def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[s
             raise UsageError("only one output can be standard output (-)")
     outputs.check(page_name)
     with progress.ranks(outputs.quiet) as (on_run, on_rank):
-        analysis = analyze_paths(locations, AnalysisOptions(keep_last_step=keep_last_step),
+        analysis = analyze_paths(locations, AnalysisOptions(keep_last_step=keep_last_step,
+                                                            step_graphs=True),
                                  on_run=on_run, on_rank=on_rank)
     inputs = [*(Path(r.path) for run in analysis.runs for r in run.ranks),
               *(Path(run.folder) / "run.json" for run in analysis.runs)]
     outputs.check(page_name, files=inputs, what="a trace being analyzed")
     if graph_json is not None:
         refuse_inputs({"--graph-json": graph_json}, files=inputs, what="a trace being analyzed")
-    steps, graphs, notes = critical_paths(analysis, keep_last_step, edits)
+    steps, graphs, notes = critical_paths(analysis, edits)
     errors = [error.error for error in analysis.errors]
     if not errors and not steps:
         errors.append("no step of any run could be analyzed")
@@ -108,8 +110,9 @@ class AnalyzedPaths:
     notes: list[str]
 
     @classmethod
-    def of(cls, analysis: Analysis, keep_last_step: bool) -> AnalyzedPaths:
-        return cls(*critical_paths(analysis, keep_last_step, []))
+    def of(cls, analysis: Analysis) -> AnalyzedPaths:
+        """From an analysis made with ``AnalysisOptions.step_graphs``."""
+        return cls(*critical_paths(analysis, []))
 
     def figures(self) -> list:
         """Each run's first step drawn over its ranks' timelines (at most ``MAX_FIGURES``)."""

@@ -313,12 +313,40 @@ def _step_ends(part: _Part, hi: float, lane: str) -> None:
         part.edges.append((k, end, EdgeKind.PROGRAM if lane_name == lane else EdgeKind.STEP))
 
 
-def step_graphs(traces: dict[int, RankTrace], keep_last_step: bool = False,
-                classifier: KernelClassifier | None = None) -> tuple[list[StepGraph], list[str]]:
+@dataclass
+class RankStep:
+    """One rank's share of one step's graph, with what joining the ranks needs of its
+    collectives: made where the rank's trace is read (``analyze``'s rank worker), so that the
+    trace is not read again to join the ranks."""
+
+    number: int                  # the ProfilerStep's number (-1: the whole trace)
+    name: str
+    start_us: float
+    part: _Part
+    #: Its collective events by start: (event, collective, process group, sequence number).
+    collectives: list[tuple[int, str, str, int | None]]
+
+
+def rank_steps(trace: RankTrace, rank: int, keep_last_step: bool = False,
+               classifier: KernelClassifier | None = None) -> list[RankStep]:
+    """``rank``'s share of the graph of each of its analyzed steps."""
+    p = prepare(trace, keep_last_step, classifier)
+    found = []
+    for number, name, lo, hi, thread in p.steps:
+        part = _rank_part(p, rank, lo, hi, thread)
+        events = sorted(part.collectives, key=lambda i: trace.start_us[i])
+        collectives = [(i, classify.collective_of(trace.names[trace.name_id[i]],
+                                                  args.collective if args else None),
+                        (args.group or "") if args else "", args.sequence if args else None)
+                       for i, args in zip(events, _call_args(trace, np.array(
+                           events, dtype=np.int64)), strict=True)]
+        found.append(RankStep(number, name, lo, part, collectives))
+    return found
+
+
+def join_steps(ranks: dict[int, list[RankStep]]) -> tuple[list[StepGraph], list[str]]:
     """One graph per step that every rank analyzed (matched by step number), and notes."""
-    prepared = {rank: prepare(t, keep_last_step, classifier) for rank, t in traces.items()}
-    by_number = [{number: (name, lo, hi, thread) for number, name, lo, hi, thread in p.steps}
-                 for p in prepared.values()]
+    by_number = [{step.number: step for step in steps} for steps in ranks.values()]
     common = sorted(set.intersection(*(set(s) for s in by_number))) if by_number else []
     notes: list[str] = []
     if by_number and any(len(s) != len(common) for s in by_number):
@@ -326,44 +354,44 @@ def step_graphs(traces: dict[int, RankTrace], keep_last_step: bool = False,
                      f"({len(common)}) have a graph")
     graphs = []
     for number in common:
-        parts, name, origin = [], "", float("inf")
-        for (rank, p), steps in zip(prepared.items(), by_number, strict=True):
-            name, lo, hi, thread = steps[number]
-            parts.append((p, _rank_part(p, rank, lo, hi, thread)))
-            origin = min(origin, lo)
-        graphs.append(_join(name, origin, parts, notes))
+        members = [steps[number] for steps in by_number]
+        graphs.append(_join(members[-1].name, min(m.start_us for m in members), members,
+                            notes))
     return graphs, notes
 
 
-def _join(step: str, origin: float, parts: list[tuple[_Prepared, _Part]],
-          notes: list[str]) -> StepGraph:
+def step_graphs(traces: dict[int, RankTrace], keep_last_step: bool = False,
+                classifier: KernelClassifier | None = None) -> tuple[list[StepGraph], list[str]]:
+    """One graph per step that every rank analyzed (matched by step number), and notes."""
+    return join_steps({rank: rank_steps(t, rank, keep_last_step, classifier)
+                       for rank, t in traces.items()})
+
+
+def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> StepGraph:
     """The ranks' parts as one graph, with the collectives matched across ranks."""
     nodes: list[Node] = []
     edges: list[tuple[int, int, EdgeKind]] = []
     offsets = []
-    for _, part in parts:
+    for member in parts:
         offsets.append(len(nodes))
-        nodes.extend(part.nodes)
-        edges.extend((u + offsets[-1], v + offsets[-1], kind) for u, v, kind in part.edges)
+        nodes.extend(member.part.nodes)
+        edges.extend((u + offsets[-1], v + offsets[-1], kind)
+                     for u, v, kind in member.part.edges)
     members: dict[tuple[str, str], dict[int, tuple[np.ndarray, list]]] = {}
-    for position, (p, part) in enumerate(parts):
-        events = sorted(part.collectives, key=lambda i: p.trace.start_us[i])
-        for i, args in zip(events, _call_args(p.trace, np.array(events, dtype=np.int64)),
-                           strict=True):
-            kind = classify.collective_of(p.trace.names[p.trace.name_id[i]],
-                                          args.collective if args else None)
-            index, sequences = members.setdefault((args.group or "" if args else "", kind),
-                                                  {}).setdefault(position, ([], []))
+    for position, member in enumerate(parts):
+        for i, kind, group, sequence in member.collectives:
+            index, sequences = members.setdefault((group, kind), {}).setdefault(
+                position, ([], []))
             index.append(i)  # type: ignore[attr-defined]
-            sequences.append(args.sequence if args else None)
+            sequences.append(sequence)
     unmatched: list[str] = []
     for (group, kind), by_part in sorted(members.items()):
         if len(by_part) < 2:
             continue
         typed = {k: (np.array(v[0], dtype=np.int64), v[1]) for k, v in by_part.items()}
         for row in _match(typed, f"{kind} in group {group or 'default'}", unmatched):
-            ends = {k: offsets[k] + parts[k][1].transfer[i] for k, i in row.items()}
-            arrives = {k: offsets[k] + parts[k][1].arrive[i] for k, i in row.items()}
+            ends = {k: offsets[k] + parts[k].part.transfer[i] for k, i in row.items()}
+            arrives = {k: offsets[k] + parts[k].part.arrive[i] for k, i in row.items()}
             last_start = max(nodes[a].start_us for a in arrives.values())
             for k, transfer in ends.items():
                 old = nodes[transfer]

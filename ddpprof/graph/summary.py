@@ -8,9 +8,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ..trace.events import RankTrace
-from ..trace.storage import Location
-from .build import step_graphs
+from .build import RankStep, join_steps
 from .model import CycleError, StepGraph
 from .path import CATEGORIES, WAITING, CriticalPath, PathPiece, critical_path
 from .whatif import Edit, edited_step_us
@@ -126,14 +124,11 @@ def _segments(pieces: list[PathPiece]) -> list[Segment]:
     return segments
 
 
-def run_paths(run: str, rank_paths: dict[int, Location], keep_last_step: bool,
-              edits: Sequence[list[Edit]]) -> tuple[list[StepPath], list[StepGraph], list[str]]:
-    """Every analyzed step of one run: its path summary and graph, and notes."""
-    from ..trace.loader import load
-
-    traces: dict[int, RankTrace] = {rank: load(path)
-                                     for rank, path in sorted(rank_paths.items())}
-    graphs, notes = step_graphs(traces, keep_last_step)
+def run_paths(run: str, ranks: dict[int, list[RankStep]], edits: Sequence[list[Edit]]
+              ) -> tuple[list[StepPath], list[StepGraph], list[str]]:
+    """Every analyzed step of one run: its path summary and graph, and notes, from each rank's
+    share of the graphs (``build.rank_steps``, made where the analysis read the trace)."""
+    graphs, notes = join_steps(dict(sorted(ranks.items())))
     steps, kept = [], []
     for graph in graphs:
         try:
