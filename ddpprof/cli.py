@@ -120,7 +120,7 @@ def gate(**kwargs: Any) -> None:
 
 @cli.command(epilog=exits(""))
 @click.argument("run_path", metavar="RUN", type=o.FOLDER)
-@o.bucket_cap_option("1,2,5,10,25,50,100", "Bucket sizes to predict, in MiB.")
+@o.bucket_cap_option(o.WHAT_IF_CAPS_MIB, "Bucket sizes to predict, in MiB.")
 @o.world_size_option("World sizes to predict [default: the run's, 2, 4, 8].")
 @o.cost_model_options()
 @o.keep_last_step_option()
@@ -146,7 +146,7 @@ def calibrate(**kwargs: Any) -> None:
 
 @cli.command(epilog=exits("a run failed"))
 @o.variant_option("pytorch_ddp,bucket_ddp_async", bucketed=True)
-@o.bucket_cap_option("1,2,5,10,25,50,100", "Bucket sizes to try, in MiB.")
+@o.bucket_cap_option(o.WHAT_IF_CAPS_MIB, "Bucket sizes to try, in MiB.")
 @o.model_option("mlp-xlarge")
 @o.nproc_option("2")
 @o.config_options(option_fields(), only=("steps", "global_batch", "backend"))

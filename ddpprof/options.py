@@ -24,7 +24,11 @@ from typing import Any, ClassVar, TypeVar
 
 import click
 
+from .units import GIB, KIB, MIB
+
 F = TypeVar("F", bound=Callable[..., Any])
+#: The bucket caps ``simulate`` predicts and ``sweep`` records unless told, in MiB.
+WHAT_IF_CAPS_MIB = "1,2,5,10,25,50,100"
 
 
 class FiniteFloat(click.ParamType):
@@ -127,7 +131,7 @@ class ByteSize(click.ParamType):
     K = 1024 bytes), at least ``min`` bytes."""
 
     name = "size"
-    _UNITS: ClassVar[dict[str, int]] = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+    _UNITS: ClassVar[dict[str, int]] = {"": 1, "K": KIB, "M": MIB, "G": GIB}
 
     def __init__(self, min: int = 1) -> None:
         self.min = min
