@@ -334,7 +334,10 @@ def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConf
         else:
             if result is not None:
                 add_measurements(manifest, result, config)
-    folder.unlink(measurements.WORKER_RESULT)
+    if config.node_rank == 0:
+        # Only the launcher that writes run.json takes rank 0's result: on one machine the
+        # other nodes' launchers share the folder, and rank 0 may be one of their ranks.
+        folder.unlink(measurements.WORKER_RESULT)
 
 
 class Watchdog:
