@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..manifest import MeshRecord
+
 
 class DataParallel(nn.Module):
     """Base of all variants: holds the module, broadcasts initial state, implements ``no_sync``.
@@ -112,6 +114,22 @@ class DataParallel(nn.Module):
     def allreduces_per_sync(self) -> int | None:
         """The ``all_reduce`` entry of :meth:`collectives_per_sync` (0 when it launches none)."""
         return self.collectives_per_sync().get("all_reduce", 0)
+
+    def data_shard(self) -> tuple[int, int]:
+        """(index, count): this rank trains on shard ``index`` of ``count`` equal shards of every
+        global batch. Here each rank its own (rank, world size); ranks that split one model
+        between them (a tensor-parallel group) must see the same samples, and share a shard."""
+        return self.rank, self.world_size
+
+    def gradient_bytes(self, param: nn.Parameter) -> int:
+        """Bytes of ``param``'s gradient that this rank's gradient collectives carry: all of it,
+        unless tensor parallelism splits it."""
+        return param.numel() * param.element_size()
+
+    def mesh_record(self) -> MeshRecord | None:
+        """``run.json``'s ``mesh``: the device mesh of a variant with several process groups
+        (a collective there: call it on every rank); None for one group."""
+        return None
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.module.parameters() if p.requires_grad]
