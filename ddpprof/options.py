@@ -212,12 +212,14 @@ def list_option(*decls: str, item: click.ParamType, help: str, default: str | No
 
 
 def variant_option(default: str) -> Callable[[F], F]:
-    from .variants import VARIANT_NAMES
+    from .variants import VARIANT_NAMES, VARIANTS_IN_ALL
 
     return list_option("--variant", "variants", item=click.Choice(VARIANT_NAMES),
-                       everything=VARIANT_NAMES, default=default, metavar="VARIANT",
+                       everything=VARIANTS_IN_ALL, default=default, metavar="VARIANT",
                        aliases=("--variants",),
-                       help=f"all, or of: {', '.join(VARIANT_NAMES)} (`ddpprof variants`).")
+                       help=f"all, or of: {', '.join(VARIANT_NAMES)} (`ddpprof variants`); "
+                            "all is every variant but the tensor-parallel "
+                            f"{', '.join(sorted(set(VARIANT_NAMES) - set(VARIANTS_IN_ALL)))}.")
 
 
 def model_option(default: str | None, what: str = "") -> Callable[[F], F]:

@@ -56,6 +56,9 @@ class RunConfig:
         "Gradient bucket size in MiB (bucket_ddp_async, pytorch_ddp).", options.POSITIVE_FLOAT))
     gradient_as_bucket_view: bool = field(default=False, metadata=cli(
         "pytorch_ddp's option of that name.", flag=True))
+    tp: int | None = field(default=None, metadata=cli(
+        "Tensor-parallel degree: ranks that split each layer (fsdp_tp) [default: 2].",
+        options.POSITIVE_INT))
     backend: str = field(default="auto", metadata=cli(
         "auto: nccl when CUDA GPUs are visible, else gloo.", click.Choice(BACKENDS)))
     wait: int = field(default=1, metadata=cli(
@@ -84,8 +87,14 @@ class RunConfig:
         return self.nproc * self.nnodes
 
     @property
+    def data_parallel_size(self) -> int:
+        """Ranks that train on different samples: all of them, or one per tensor-parallel
+        group."""
+        return self.world_size // (self.tp or 1)
+
+    @property
     def micro_batch_per_rank(self) -> int:
-        return self.global_batch // (self.grad_accum or 1) // self.world_size
+        return self.global_batch // (self.grad_accum or 1) // self.data_parallel_size
 
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)

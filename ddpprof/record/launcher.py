@@ -38,7 +38,7 @@ from ..manifest import (
 from ..options import check_run_name
 from ..progress import Progress
 from ..run_folder import FOLDER_ID_ENV, RunFolder
-from ..variants import VARIANT_NAMES, VARIANTS
+from ..variants import VARIANT_NAMES, VARIANTS, VARIANTS_IN_ALL
 from . import folders, grid, measurements, process
 from .config import CONFIG_FILE, RunConfig
 from .failure import run_error
@@ -75,10 +75,12 @@ class Recording:
                    ) -> RunConfig:
         """The configuration of ``variant``'s run, every default resolved."""
         config = config or self.config
+        info = VARIANTS[variant]
         return config.replace(
             variant=variant, backend=backend,
-            grad_accum=config.grad_accum or VARIANTS[variant].default_grad_accum,
-            nproc=1 if variant == "single" else config.nproc)
+            grad_accum=config.grad_accum or info.default_grad_accum,
+            nproc=1 if variant == "single" else config.nproc,
+            tp=(config.tp or info.default_tp) if info.tensor_parallel else None)
 
     @property
     def log_name(self) -> str:
@@ -105,7 +107,7 @@ class RunOutcome:
 def parse_variants(spec: str) -> list[str]:
     """``all``, one name, or a comma-separated list."""
     if spec.strip() == "all":
-        return list(VARIANT_NAMES)
+        return list(VARIANTS_IN_ALL)
     names = [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown or not names:
@@ -160,16 +162,33 @@ def validate(recording: Recording) -> None:
         raise UsageError("variant 'single' runs one process; it cannot span --nnodes > 1")
     for planned in recording.runs():
         run = recording.run_config(planned.variant, config.backend, planned.config)
-        if config.global_batch % (run.world_size * run.grad_accum):
-            raise UsageError(f"--global-batch {config.global_batch} is not divisible by world "
-                             f"size {run.world_size} x grad-accum {run.grad_accum} "
-                             f"(variant {planned.variant})")
+        if run.tp is not None:
+            check_tensor_parallel(run)
+        if config.global_batch % (run.data_parallel_size * run.grad_accum):
+            size = f"data-parallel size {run.data_parallel_size}" if run.tp else \
+                f"world size {run.world_size}"
+            raise UsageError(f"--global-batch {config.global_batch} is not divisible by "
+                             f"{size} x grad-accum {run.grad_accum} (variant {planned.variant})")
     if resolve_backend(config.backend) == "nccl":
         gpus = cuda_device_count()
         nproc = max(c.nproc for c in recording.configs or (config,))
         if nproc > gpus:
             raise UsageError(f"--backend nccl needs one GPU per rank: --nproc {nproc}, "
                              f"but {gpus} CUDA GPU(s) are visible")
+
+
+def check_tensor_parallel(run: RunConfig) -> None:
+    """A tensor-parallel run's ``--tp`` must divide its world size and the widths and heads it
+    splits (checked on the model built on the meta device: shapes, no weights)."""
+    from workloads.models import build_model_skeleton
+
+    from ..variants.fsdp_tp import tensor_parallel_problem
+
+    assert run.tp is not None
+    problem = tensor_parallel_problem(build_model_skeleton(run.model, run.model_path),
+                                      run.world_size, run.tp)
+    if problem:
+        raise UsageError(f"--tp {run.tp}: {problem} ({run.model}, variant {run.variant})")
 
 
 class Topology(Protocol):
@@ -422,6 +441,7 @@ def add_measurements(manifest: RunManifest, result: measurements.WorkerResult,
     manifest.config.collectives_per_sync = result.collectives_per_sync
     manifest.memory = result.memory
     manifest.buckets = result.buckets
+    manifest.mesh = result.mesh
     manifest.config.seq_len = result.seq_len
     phases = measurements.step_phases(config.steps, config.wait, config.warmup, config.active,
                                       config.profile)

@@ -35,10 +35,19 @@ class VariantInfo:
     zero_stage: int = 0
     #: One line for ``record --help`` and ``ddpprof variants``.
     description: str = ""
+    #: Tensor-parallel degree when the user does not choose (``--tp``); None for a variant
+    #: with no tensor-parallel dimension (one process group).
+    default_tp: int | None = None
 
     @property
     def sharded(self) -> bool:
         return self.zero_stage > 0
+
+    @property
+    def tensor_parallel(self) -> bool:
+        """Whether it runs on a data-parallel × tensor-parallel mesh, two process groups: the
+        tools that model one group (``simulate``, ``bench``) refuse it."""
+        return self.default_tp is not None
 
 
 VARIANTS: dict[str, VariantInfo] = {info.name: info for info in (
@@ -65,8 +74,14 @@ VARIANTS: dict[str, VariantInfo] = {info.name: info for info in (
                 description="PyTorch's ZeroRedundancyOptimizer over pytorch_ddp"),
     VariantInfo("fsdp", "fsdp", "FSDP", zero_stage=3,
                 description="ZeRO-3 through FSDP2 (fully_shard): everything sharded"),
+    VariantInfo("fsdp_tp", "fsdp_tp", "FSDPTP", zero_stage=3, default_tp=2,
+                description="a dp x tp mesh: FSDP2 over dp, layers split over --tp ranks"),
 )}
 VARIANT_NAMES: tuple[str, ...] = tuple(VARIANTS)
+#: What ``--variant all`` records: the variants on one process group, which run at any world
+#: size. A tensor-parallel variant needs a world size its ``--tp`` divides and communicates
+#: over two groups: it is recorded by name.
+VARIANTS_IN_ALL: tuple[str, ...] = tuple(n for n, i in VARIANTS.items() if not i.tensor_parallel)
 #: The sharded (ZeRO) variants.
 SHARDED_VARIANT_NAMES: tuple[str, ...] = tuple(n for n, i in VARIANTS.items() if i.sharded)
 
@@ -77,7 +92,7 @@ def variant_class(name: str) -> type[DataParallel]:
 
 
 def make_variant(name: str, module: nn.Module, *, bucket_cap_mb: float = 25.0,
-                 gradient_as_bucket_view: bool = False) -> DataParallel:
+                 gradient_as_bucket_view: bool = False, tp: int | None = None) -> DataParallel:
     """Wrap ``module`` in the variant called ``name`` (the process group must already exist,
     except for ``single``)."""
     info = VARIANTS[name]
@@ -86,8 +101,10 @@ def make_variant(name: str, module: nn.Module, *, bucket_cap_mb: float = 25.0,
         options["bucket_cap_mb"] = bucket_cap_mb
     if info.ddp_options:
         options["gradient_as_bucket_view"] = gradient_as_bucket_view
+    if info.tensor_parallel:
+        options["tp"] = tp or info.default_tp
     return variant_class(name)(module, **options)
 
 
-__all__ = ["SHARDED_VARIANT_NAMES", "VARIANTS", "VARIANT_NAMES", "VariantInfo", "make_variant",
-           "variant_class"]
+__all__ = ["SHARDED_VARIANT_NAMES", "VARIANTS", "VARIANTS_IN_ALL", "VARIANT_NAMES", "VariantInfo",
+           "make_variant", "variant_class"]
