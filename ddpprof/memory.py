@@ -208,13 +208,27 @@ def find_runs(paths: list[Path]) -> list[Path]:
 
 def recorded_estimate(manifest: RunManifest) -> StageEstimate | None:
     """The estimate for a recorded run's variant, parameters and world size (fp32 AdamW, as
-    ``record`` trains); None when the manifest does not say enough."""
+    ``record`` trains); None when the manifest does not say enough.
+
+    A tensor-parallel run (``fsdp_tp``) is estimated for one rank of a tensor-parallel group:
+    its model is Ψ' = ⌈Ψ_split/T⌉ + (Ψ − Ψ_split) parameters (``mesh.tp_split_parameters``
+    split over the T ranks of the group, the rest whole on each), which FSDP shards over the
+    N/T data-parallel ranks: ZeRO-3 at Ψ' and N/T. Its communication figure is then the
+    data-parallel dimension's only (tensor parallelism's all-reduces carry activations)."""
     config = manifest.config
     if config.variant not in VARIANTS or not config.parameters or not config.world_size:
         return None
-    return estimate_stage(config.parameters, config.world_size,
-                          VARIANTS[config.variant].zero_stage, RECORDED_PRECISION,
-                          RECORDED_OPTIMIZER)
+    parameters, world_size = config.parameters, config.world_size
+    if VARIANTS[config.variant].tensor_parallel:
+        mesh = manifest.mesh
+        tp = next((dim.size for dim in mesh.dims if dim.name == "tp"), None) if mesh else None
+        if mesh is None or tp is None or mesh.tp_split_parameters is None:
+            return None
+        split = mesh.tp_split_parameters
+        parameters = shard_numel(split, tp) + parameters - split
+        world_size //= tp
+    return estimate_stage(parameters, world_size, VARIANTS[config.variant].zero_stage,
+                          RECORDED_PRECISION, RECORDED_OPTIMIZER)
 
 
 def compare_run(path: Path) -> RunComparison:
@@ -227,7 +241,9 @@ def compare_run(path: Path) -> RunComparison:
         raise UsageError(f"{manifest_path}: unknown variant {manifest.config.variant!r}")
     estimate = recorded_estimate(manifest)
     if estimate is None:
-        raise UsageError(f"{manifest_path}: config needs 'parameters' and 'world_size'")
+        raise UsageError(f"{manifest_path}: config needs 'parameters' and 'world_size'" + (
+            ", and a tensor-parallel run its 'mesh'" if VARIANTS[
+                manifest.config.variant].tensor_parallel else ""))
     rows = manifest.memory
     if not rows:
         raise UsageError(f"{manifest_path}: no 'memory' measurements (recorded by a ddpprof "
