@@ -17,6 +17,7 @@ from .manifest import StepRecord
 from .progress import Progress
 from .record.launcher import Recording, RunOutcome, record
 from .report.table import Column, columns
+from .variants import VARIANTS
 
 #: (model, variant, process count)
 Config = tuple[str, str, int]
@@ -32,6 +33,17 @@ def configurations(models: list[str], variants: list[str], nprocs: list[int]
     """``single`` runs one process; the data-parallel variants run at every count."""
     return [(model, variant, n) for model in models for variant in variants for n in nprocs
             if variant != "single" or n == 1]
+
+
+def check_variants(variants: list[str]) -> None:
+    """The scaling table runs each variant at every ``--nproc`` against ``single``: a
+    tensor-parallel variant runs only where ``--tp`` divides the world size, and its speedup
+    would mix two kinds of parallelism."""
+    tensor_parallel = [v for v in variants if VARIANTS[v].tensor_parallel]
+    if tensor_parallel:
+        raise UsageError(f"--variant {tensor_parallel[0]}: bench scales data-parallel variants "
+                         f"from one process; record it by name (ddpprof record --variant "
+                         f"{tensor_parallel[0]} --nproc N)")
 
 
 def amdahl(speedup: float, n: int) -> tuple[float | None, float | None]:

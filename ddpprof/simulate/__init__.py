@@ -35,6 +35,7 @@ from ..manifest import INCOMPLETE, BucketRecord, effective_status, status_detail
 from ..trace.classify import GRAD_READY
 from ..trace.discover import discover
 from ..trace.loader import load
+from ..variants import VARIANTS
 from . import output, sources
 from .advice import ADVICE_CAPS_MB, cap_advice, cap_advice_for_runs
 from .cost import CostModel, fit_cost
@@ -94,6 +95,10 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
         raise UsageError(f"{run.folder}: the run is {status} ({status_detail(manifest)}); "
                          "simulate calibrates only from a complete run")
     config = manifest.config
+    info = VARIANTS.get(config.variant or "")
+    if info is not None and info.tensor_parallel:
+        raise UsageError(f"{run.folder}: simulate replays the collectives of one process group; "
+                         f"{config.variant} communicates over two (its mesh's dp and tp groups)")
     trace = load(run.traces[0], workers=1)
     model = read_trace(trace, config.grad_accum or 1)
     if not model.programs:
