@@ -43,14 +43,19 @@ def _train(variant: str, model_name: str, rank: int) -> tuple:
     return model, flat, [float(loss) for loss in losses]
 
 
-def _worker(rank: int, init_file: str, model_name: str, results: dict) -> None:
+MODELS = ("mlp-tiny", "smollm2-tiny")
+
+
+def _worker(rank: int, init_file: str, results: dict) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=WORLD_SIZE)
     torch.set_num_threads(1)
-    try:
-        model, flat, losses = _train("fsdp_tp", model_name, rank)
-        results[rank] = {"shard": model.data_shard(), "losses": losses, "parameters": flat,
-                         "per_dim": model.collectives_per_dim()}
+    try:  # both models in one launch: starting 4 processes costs more than training them
+        for model_name in MODELS:
+            model, flat, losses = _train("fsdp_tp", model_name, rank)
+            results[model_name, rank] = {
+                "shard": model.data_shard(), "losses": losses, "parameters": flat,
+                "per_dim": model.collectives_per_dim()}
     finally:
         gc.collect()  # the variants' reference cycles, while the interpreter is whole
         dist.destroy_process_group()
@@ -64,18 +69,23 @@ def _worker(rank: int, init_file: str, model_name: str, results: dict) -> None:
 TP_ALL_REDUCES_PER_MICRO_STEP = {"mlp-tiny": 3, "smollm2-tiny": 14}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("model_name", ["mlp-tiny", "smollm2-tiny"])
-def test_fsdp_tp_matches_single_on_a_2x2_mesh(tmp_path, model_name):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict:
     results = mp.Manager().dict()
-    mp.spawn(_worker, args=(str(tmp_path / "init"), model_name, results), nprocs=WORLD_SIZE,
-             join=True)
+    mp.spawn(_worker, args=(str(tmp_path_factory.mktemp("mesh") / "init"), results),
+             nprocs=WORLD_SIZE, join=True)
+    return dict(results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_name", MODELS)
+def test_fsdp_tp_matches_single_on_a_2x2_mesh(trained, model_name):
+    results = {rank: trained[model_name, rank] for rank in range(WORLD_SIZE)}
     _, reference_parameters, reference = _train("single", model_name, rank=0)
     # rank r sits at (r // 2, r % 2): ranks 0 and 1 form tensor-parallel group 0, which is
     # data-parallel coordinate 0; both read its shard
     assert [results[r]["shard"] for r in range(WORLD_SIZE)] == [(0, 2), (0, 2), (1, 2), (1, 2)]
-    for rank in range(WORLD_SIZE):
-        result = results[rank]
+    for rank, result in results.items():
         differs_by = (result["parameters"] - reference_parameters).abs().max().item()
         assert differs_by <= 1e-5, (rank, differs_by)
         assert torch.equal(result["parameters"], results[0]["parameters"])
