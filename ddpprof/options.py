@@ -217,14 +217,20 @@ def list_option(*decls: str, item: click.ParamType, help: str, default: str | No
 
 def variant_option(default: str, bucketed: bool = False) -> Callable[[F], F]:
     """``--variant``: any of the registry's variants, or with ``bucketed`` those with buckets
-    (``all`` is then every bucketed one)."""
-    from .variants import BUCKETED_VARIANT_NAMES, VARIANT_NAMES
+    (``all`` is then every bucketed one, else every variant of ``VARIANTS_IN_ALL``)."""
+    from .variants import BUCKETED_VARIANT_NAMES, VARIANT_NAMES, VARIANTS_IN_ALL
 
-    offered = BUCKETED_VARIANT_NAMES if bucketed else VARIANT_NAMES
+    if bucketed:
+        offered = everything = BUCKETED_VARIANT_NAMES
+        note = ""
+    else:
+        offered, everything = VARIANT_NAMES, VARIANTS_IN_ALL
+        left_out = [name for name in VARIANT_NAMES if name not in VARIANTS_IN_ALL]
+        note = f"; all is every variant but the tensor-parallel {', '.join(left_out)}"
     return list_option("--variant", "variants", item=click.Choice(VARIANT_NAMES),
-                       everything=offered, default=default, metavar="VARIANT",
+                       everything=everything, default=default, metavar="VARIANT",
                        aliases=("--variants",),
-                       help=f"all, or of: {', '.join(offered)} (`ddpprof variants`).")
+                       help=f"all, or of: {', '.join(offered)} (`ddpprof variants`){note}.")
 
 
 def model_option(default: str | None, what: str = "") -> Callable[[F], F]:

@@ -487,6 +487,8 @@ def test_the_registry_says_how_each_variant_is_replayed():
             assert info.sharded and info.gradient_collective == "reduce_scatter", info.name
         if not info.distributed:
             assert info.replay == "recorded" and not info.bucketed, info.name
+        # simulate refuses exactly the variants over several process groups
+        assert (info.replay == "none") == info.tensor_parallel, info.name
     # bench's communication time is the sync's for exactly the blocking ones
     from ddpprof.bench import rows
 

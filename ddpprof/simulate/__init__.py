@@ -96,6 +96,7 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     if (status := effective_status(manifest)) in INCOMPLETE:
         raise UsageError(f"{run.folder}: the run is {status} ({status_detail(manifest)}); "
                          "simulate calibrates only from a complete run")
+    check_replayable(manifest, run.folder)
     trace = load(run.traces[0], workers=1)
     last_step = LastStep.decide(step_names(trace), keep_last_step)
     config = manifest.config
@@ -104,6 +105,16 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     return simulate(run_path, manifest, model, str(run.traces[0]), sizes_mb, world_sizes,
                     Costs(bandwidth_gbps, latency_us, calibration, allow_sweep, on_note=on_note),
                     ready_order, sweep_points)
+
+
+def check_replayable(manifest: RunManifest, where: object) -> None:
+    """Refuse a run whose variant the registry says the replay has no model of
+    (``VariantInfo.replay`` ``none``: its collectives go over several process groups)."""
+    variant = manifest.config.variant if manifest.config else None
+    info = variant_info(variant)
+    if info is not None and info.replay == "none":
+        raise UsageError(f"{where}: simulate replays the collectives of one process group; "
+                         f"{variant} communicates over several (its mesh's dimensions)")
 
 
 def simulate(run_path: Path, manifest: RunManifest, model: TraceModel, trace_name: str,
@@ -115,6 +126,7 @@ def simulate(run_path: Path, manifest: RunManifest, model: TraceModel, trace_nam
     manifest. ``world_sizes``: by default the run's own, 2, 4 and 8; ``[]`` the run's own
     only. ``sweep_points``: measured steps by cap (``--measured``)."""
     config = manifest.config   # None: not a run ddpprof recorded
+    check_replayable(manifest, run_path)
     if not model.programs:
         missing = "ProfilerStep" if model.notes else \
             f"{GRAD_READY} spans with shapes: record with record_shapes"
