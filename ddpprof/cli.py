@@ -140,6 +140,25 @@ def critical_path(**kwargs: Any) -> None:
     run("critical_path", **kwargs)
 
 
+@cli.command(epilog=exits(""))
+@click.argument("before", metavar="A")
+@click.argument("after", metavar="B")
+@click.option("--significance", default=0.95, show_default=True, type=o.LEVEL,
+              help="Level of the intervals, simultaneous over the parts.")
+@click.option("--keep-last-step", is_flag=True, help="Analyze the last ProfilerStep too.")
+@o.outputs("the parts, the moved items and the noise of every pair", html="diff-<A>-<B>",
+           progress=True)
+def diff(**kwargs: Any) -> None:
+    """Why B's step is longer or shorter than A's: the change split into parts that add up
+    to it (compute by category, exposed communication by kind, waiting for a rank, host,
+    data loading, idle), each against the run-to-run noise, with what moved inside them.
+
+    A and B are what `ddpprof analyze` takes, or its --json files; repeats of a
+    configuration on one side give the noise. See docs/diff.md.
+    """
+    run("diff", **kwargs)
+
+
 @cli.command(epilog=exits("a rule is broken (a regression)"))
 @click.argument("current", type=o.FOLDER)
 @click.option("--baseline", required=True, type=o.FOLDER,
@@ -152,6 +171,8 @@ def critical_path(**kwargs: Any) -> None:
 @click.option("--aggregate", type=click.Choice(["none", "median"]), default="none",
               show_default=True,
               help="median: the repeats of each variant and configuration become their median.")
+@click.option("--significance", type=o.LEVEL,
+              help="Fail only when a rule is broken beyond the noise at this level (0.95).")
 @o.outputs("the verdicts")
 def gate(**kwargs: Any) -> None:
     """Fail (exit 1) when a metric of CURRENT breaks a rule against the baseline.

@@ -175,6 +175,8 @@ NON_NEGATIVE_FLOAT = FiniteFloat(min=0)
 TIMEOUT_S = FiniteFloat(min=0, max=7 * 24 * 3600, min_open=True)
 #: A world size beyond any real cluster is bad input, not a question.
 WORLD_SIZE = click.IntRange(min=1, max=1 << 20)
+#: A confidence level (``--significance``), strictly between 0 and 1.
+LEVEL = FiniteFloat(min=0, max=1, min_open=True, max_open=True)
 RUN_NAME = RunName()
 ENDPOINT = Endpoint()
 OUTPUT = click.Path(path_type=Path, allow_dash=True)

@@ -25,6 +25,7 @@ from ..trace.classify import Kind
 from ..trace.events import CommArgs, RankTrace
 from .buckets import BucketTimeline, bucket_timeline
 from .options import AnalysisOptions, LastStep
+from .parts import device_parts, host_parts
 from .results import CommBar, HostSignals, RankResult, StepRow, Timeline
 
 #: Collectives that reduce gradients: what a bucket is launched as.
@@ -161,7 +162,15 @@ class _DeviceAnalysis:
                 calls, compute), calls=calls, per_step=self._per_step(),
             timeline=self._timeline(compute) if self.options.timeline else None,
             buckets=self._buckets(), host=self._host_signals(sel, host_comm),
-            notes=self.notes)
+            notes=self.notes, parts=device_parts(
+                trace, self.stream, self.start, self.end, sel, self.kinds,
+                launch_times(trace, self.stream, self.start), self._launch_positions(),
+                max(int(self.analyzed.size), 1),
+                self._step_names(), calls))
+
+    def _step_names(self) -> list[str]:
+        trace = self.trace
+        return [trace.names[trace.name_id[i]] for i in self.analyzed] or ["whole trace"]
 
     def _host_signals(self, sel: np.ndarray, host_comm: iv.Intervals) -> HostSignals:
         """Device idle time during which host ops or launch calls ran (the CPU could not keep
@@ -227,18 +236,8 @@ class _DeviceAnalysis:
     def _launch_positions(self) -> np.ndarray:
         """For every event, the position in ``analyzed`` of the step its launching host event
         started in (device events are matched to host events by correlation id), else -1."""
-        trace, steps = self.trace, self.analyzed
-        host = (self.stream < 0) & trace.has_correlation
-        launch = np.where(self.stream < 0, self.start, np.nan)
-        if host.any():
-            order = np.argsort(trace.correlation[host], kind="stable")
-            host_corr = trace.correlation[host][order]
-            host_start = self.start[host][order]
-            where = np.clip(np.searchsorted(host_corr, trace.correlation), 0, host_corr.size - 1)
-            matched = trace.has_correlation & (host_corr[where] == trace.correlation)
-            launch = np.where(matched & (self.stream >= 0), host_start[where], launch)
-        unmatched_device = (self.stream >= 0) & np.isnan(launch)
-        launch[unmatched_device] = self.start[unmatched_device]
+        steps = self.analyzed
+        launch = launch_times(self.trace, self.stream, self.start)
         step_start, step_end = self.start[steps], self.end[steps]
         position = np.searchsorted(step_start, launch, side="right") - 1
         inside = (position >= 0) & (launch < step_end[np.clip(position, 0, None)])
@@ -295,6 +294,23 @@ class _DeviceAnalysis:
                       self.end)
 
 
+def launch_times(trace: RankTrace, stream: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """When each event was issued: a host event's own start; a device event's launching host
+    event's start (same correlation id), else its own start."""
+    host = (stream < 0) & trace.has_correlation
+    launch = np.where(stream < 0, start, np.nan)
+    if host.any():
+        order = np.argsort(trace.correlation[host], kind="stable")
+        host_corr = trace.correlation[host][order]
+        host_start = start[host][order]
+        where = np.clip(np.searchsorted(host_corr, trace.correlation), 0, host_corr.size - 1)
+        matched = trace.has_correlation & (host_corr[where] == trace.correlation)
+        launch = np.where(matched & (stream >= 0), host_start[where], launch)
+    unmatched_device = (stream >= 0) & np.isnan(launch)
+    launch[unmatched_device] = start[unmatched_device]
+    return launch
+
+
 class _HostAnalysis:
     def __init__(self, trace: RankTrace, stream: np.ndarray, last_step: LastStep,
                  analyzed: np.ndarray, options: AnalysisOptions) -> None:
@@ -336,7 +352,8 @@ class _HostAnalysis:
             overlap_by_kind=_overlap_by_kind(calls, iv.intersect(self.compute, window)),
             calls=calls, per_step=self._per_step(window),
             timeline=self._timeline(window) if self.options.timeline else None,
-            buckets=self._buckets(), host=HostSignals(_dataloader_us(trace, window), None))
+            buckets=self._buckets(), host=HostSignals(_dataloader_us(trace, window), None),
+            parts=host_parts(trace, self.lanes, window, self.analyzed, calls))
 
     def _per_step(self, window: iv.Intervals) -> list[StepRow]:
         if not self.options.per_step:

@@ -10,6 +10,7 @@ from ..metrics.comm import CollectiveCalls, CollectiveStats
 from ..metrics.waits import WaitSplit
 from .buckets import BucketTimeline
 from .options import LastStep
+from .parts import RankParts
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class RankResult:
     host: HostSignals | None = None
     notes: list[str] = field(default_factory=list)
     wait: WaitSplit | None = None   # set by the run, once every rank is in
+    parts: RankParts | None = None  # each step cut into parts (``ddpprof diff``)
 
 
 @dataclass

@@ -91,3 +91,12 @@ def merge(a: Intervals, b: Intervals) -> Intervals:
 
 def clip(a: Intervals, start: float, end: float) -> Intervals:
     return union(np.clip(a[0], start, end), np.clip(a[1], start, end))
+
+
+def contains(intervals: Intervals, points: np.ndarray) -> np.ndarray:
+    """For each point, whether it lies in ``intervals`` (a canonical set)."""
+    lows, highs = intervals
+    points = np.asarray(points, dtype=np.float64)
+    k = np.searchsorted(lows, points, side="right") - 1
+    return (k >= 0) & (points < highs[np.maximum(k, 0)]) if lows.size else np.zeros(
+        points.size, dtype=bool)
