@@ -138,6 +138,7 @@ class ManifestConfig(msgspec.Struct, kw_only=True):
     seed: int | None = None
     lr: float | None = None
     timeout_s: float | None = None
+    rank_delay: str | None = None       # RANK:MS, a delay injected on that rank every step
     data: str | None = None
     profiler: ProfilerSchedule | None = None
     allreduces_per_sync: int | None = None

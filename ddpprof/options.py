@@ -122,6 +122,24 @@ class Endpoint(click.ParamType):
         return str(value)
 
 
+class RankDelay(click.ParamType):
+    """``RANK:MS``: a rank and a delay in milliseconds (finite, at least 0), kept as text."""
+
+    name = "rank:ms"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        rank, _, ms = str(value).partition(":")
+        try:
+            delay = float(ms)
+        except ValueError:
+            delay = -1.0
+        if not rank.strip().isdigit() or not math.isfinite(delay) or delay < 0:
+            self.fail(f"{value!r} is not RANK:MS (a rank and a delay in ms, e.g. 1:20)",
+                      param, ctx)
+        return f"{int(rank)}:{delay:g}"
+
+
 class ByteSize(click.ParamType):
     """A size in bytes, as nccl-tests writes them: ``4096``, ``4K``, ``256M``, ``1G`` (binary:
     K = 1024 bytes), at least ``min`` bytes."""
@@ -179,6 +197,7 @@ WORLD_SIZE = click.IntRange(min=1, max=1 << 20)
 LEVEL = FiniteFloat(min=0, max=1, min_open=True, max_open=True)
 RUN_NAME = RunName()
 ENDPOINT = Endpoint()
+RANK_DELAY = RankDelay()
 OUTPUT = click.Path(path_type=Path, allow_dash=True)
 FOLDER = click.Path(path_type=Path)
 

@@ -85,13 +85,15 @@ class StepClock:
 def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSource, *,
           steps: int, global_batch: int, grad_accum: int, rank: int, world_size: int,
           device: torch.device, clock: StepClock | None = None,
-          sync_clock: StepClock | None = None,
+          sync_clock: StepClock | None = None, delay_rank: int = -1, delay_ms: float = 0.0,
           on_step_end=lambda step: None) -> list[torch.Tensor]:
     """Run ``steps`` optimizer steps; return each step's local loss (a detached tensor, so the
     loop never waits on the device for it). ``sync_clock`` brackets each step's
-    ``finish_gradient_sync``: for the blocking variants, that is the communication time."""
+    ``finish_gradient_sync``: for the blocking variants, that is the communication time.
+    ``delay_rank`` sleeps ``delay_ms`` at the start of every step (``--rank-delay``)."""
     micro_batch = global_batch // grad_accum
     fail_rank, fail_step = _planned_failure()
+    delay_s = delay_ms / 1e3 if rank == delay_rank else 0.0
     losses = []
     for step in range(steps):
         # The step's own work only: what ``on_step_end`` does (the profiler exporting a trace,
@@ -100,6 +102,9 @@ def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSour
             clock.start()
         if (rank, step) == (fail_rank, fail_step):
             raise RuntimeError(f"injected failure at step {step} ({FAIL_AT_ENV})")
+        if delay_s:
+            with torch.profiler.record_function("ddpprof::injected_delay"):
+                time.sleep(delay_s)
         step_loss = torch.zeros((), device=device)
         for micro in range(grad_accum):
             batch = shard(data.global_batch(step * grad_accum + micro, micro_batch), rank,
@@ -140,6 +145,14 @@ def bucket_records(model: DataParallel) -> list[BucketRecord] | None:
             param_index=[position[id(p)] for p in params], param_bytes=sizes,
             bytes=sum(sizes)))
     return records
+
+
+def _rank_delay(spec: str | None) -> dict[str, int | float]:
+    """``RANK:MS`` (``RunConfig.rank_delay``) as ``train``'s arguments."""
+    if not spec:
+        return {}
+    rank, ms = spec.split(":")
+    return {"delay_rank": int(rank), "delay_ms": float(ms)}
 
 
 def _planned_failure() -> tuple[int, int]:
@@ -230,7 +243,8 @@ def run(config: RunConfig, folder: RunFolder) -> None:
         losses = train(model, optimizer, data, steps=config.steps,
                        global_batch=config.global_batch, grad_accum=grad_accum, rank=rank,
                        world_size=world_size, device=device, clock=clock,
-                       sync_clock=sync_clock, on_step_end=on_step_end)
+                       sync_clock=sync_clock, on_step_end=on_step_end,
+                       **_rank_delay(config.rank_delay))
 
     # Everything below runs after profiling, so averaging the loss cannot show up in a trace.
     memory_per_rank = gather_figures(memory.figures(rank, peaks), distributed)

@@ -64,6 +64,7 @@ class PartKey:
 
 
 IDLE = PartKey("idle", "nothing traced")
+COMMUNICATION_CALLS = PartKey("host", "communication calls")
 
 
 @dataclass(frozen=True)
@@ -320,7 +321,7 @@ def host_parts(trace: RankTrace, lanes: classify.HostLanes, window: iv.Intervals
         _Pieces(lo[~waiting], hi[~waiting], COMPUTE, work_part, work, work_shape),
         _Pieces(calls.start_us, calls.end_us, COMMUNICATION, call_part),
         _Pieces(lo[waiting], hi[waiting], HOST_COMM, np.full(int(waiting.sum()), parts.of(
-            PartKey("host", "communication calls"))))]
+            COMMUNICATION_CALLS)))]
     return _share(trace, windows, pieces, parts, call_part, step_names, shape_table)
 
 

@@ -4,21 +4,25 @@ that fell in a communication part; the late rank). What ``gate`` prints under a 
 
 from __future__ import annotations
 
+from ..analysis.parts import COMMUNICATION_CALLS
 from .compare import BucketDelta, CollectiveDelta, Delta, PairDiff
 
 #: Contributors told: the largest changes of the step's parts.
 CONTRIBUTORS = 3
 
 
-def _ms(value: float) -> str:
-    return f"{value:+.2f} ms"
+def _ms(value: float, sign: str = "+") -> str:
+    """Milliseconds with the digits that matter: 12.34, 0.015, 0.0012."""
+    size = abs(value)
+    digits = 2 if size >= 1 or size == 0 else 3 if size >= 0.01 else 4
+    return f"{value:{sign}.{digits}f} ms"
 
 
 def _bucket(bucket: BucketDelta) -> str | None:
     if bucket.launch_delta_ms is not None and abs(bucket.launch_delta_ms) >= 0.01:
         when = "later" if bucket.launch_delta_ms > 0 else "earlier"
-        return (f"bucket {bucket.index} launched {abs(bucket.launch_delta_ms):.2f} ms {when} "
-                "in backward")
+        return (f"bucket {bucket.index} launched {_ms(abs(bucket.launch_delta_ms), '')} "
+                f"{when} in backward")
     if bucket.exposed_delta_ms:
         return f"bucket {bucket.index} exposed {_ms(bucket.exposed_delta_ms)} after backward"
     return None
@@ -55,7 +59,7 @@ def contributor(diff: PairDiff, part: Delta) -> str:
     if not part.significant:
         text += " (within noise)"
     details: list[str] = []
-    if part.part.group == "communication":
+    if part.part.group == "communication" or part.part == COMMUNICATION_CALLS:
         details = _communication_details(diff, part)
     else:
         items = [i for i in diff.items if i.part == part.label and i.delta_ms]

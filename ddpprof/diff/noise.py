@@ -25,6 +25,10 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .profile import RunProfile
 
 
 @dataclass(frozen=True)
@@ -158,3 +162,36 @@ def t_quantile(p: float, df: float) -> float:
         if high - low < 1e-12 * max(1.0, high):
             break
     return (low + high) / 2
+
+
+def fit_run_noise(profiles: Sequence[RunProfile], measured: str) -> RunNoise:
+    """The prior from recordings of one configuration: for the step and each part, the
+    variance of the recordings' means beyond what their steps explain, fitted as
+    ``(relative × part)² + (of_step × step)²`` by least squares on the standard deviations
+    (each quantity weighing alike), both coefficients at least 0."""
+    from .compare import STEP, _part_values
+
+    keys = [STEP, *dict.fromkeys(k for p in profiles for k in p.parts)]
+    step = statistics.fmean(p.step_ms for p in profiles)
+    rows = []
+    for key in keys:
+        means, series, _ = _part_values(profiles, key)
+        within = statistics.fmean(statistics.variance(s) / len(s) if len(s) >= 2 else 0.0
+                                  for s in series)
+        excess = max(statistics.variance(means) - within, 0.0)
+        rows.append((abs(statistics.fmean(means)), math.sqrt(excess)))
+    best = (math.inf, 0.0, 0.0)
+    # a grid over the two coefficients, then a finer one around the best: two unknowns
+    for scale in (0.02, 0.002, 0.0002):
+        centre = (best[1], best[2]) if math.isfinite(best[0]) else (0.0, 0.0)
+        for i in range(-50, 51):
+            for j in range(-50, 51):
+                relative = centre[0] + i * scale if scale < 0.02 else i * scale * 0.5 + 0.5
+                of_step = centre[1] + j * scale if scale < 0.02 else j * scale * 0.5 + 0.5
+                if relative < 0 or of_step < 0:
+                    continue
+                error = sum((math.hypot(relative * m, of_step * step) - s) ** 2
+                            for m, s in rows) / step ** 2
+                if error < best[0]:
+                    best = (error, relative, of_step)
+    return RunNoise(best[1], best[2], len(profiles), measured)

@@ -188,6 +188,9 @@ def run_profile(run: RunResult) -> RunProfile | None:
         rows = np.array([position[k] for k in parts], dtype=np.int64)
         means[rows, column] = part_us.sum(axis=1) / part_us.shape[1]
         series[rows] += part_us[:, :common] / len(ranks)
+    used = np.flatnonzero((means != 0).any(axis=1) | (series != 0).any(axis=1))
+    order, means, series = [order[k] for k in used], means[used], series[used]
+    position = {key: k for k, key in enumerate(order)}
     steps = [float(r.parts.step_us.mean()) for r in ranks]
     items = _items(ranks, position)
     config, throughput = run.manifest.config, run.manifest.throughput
@@ -216,7 +219,10 @@ def _items(ranks: list[RankResult], position: dict[PartKey, int]) -> list[Profil
     for rank in ranks:
         steps = rank.parts.step_us.size
         for item in rank.parts.items:
-            key = (position[rank.parts.parts[item.part]], item.name, item.shape)
+            part = position.get(rank.parts.parts[item.part])
+            if part is None:            # a part no rank spent time in
+                continue
+            key = (part, item.name, item.shape)
             entry = totals.setdefault(key, [0.0, 0.0])
             entry[0] += item.us / 1e3 / steps
             entry[1] += item.calls / steps
