@@ -133,8 +133,7 @@ def main() -> int:
     profiles = {name: [profile(f) for f in found] for name, found in folders.items()}
     noise = fit_run_noise(profiles["tune"], measured=f"fitted on {len(profiles['tune'])} "
                                                      "tuning recordings")
-    print(f"prior fitted on tune: relative {noise.relative:.4f}, of_step {noise.of_step:.4f}, "
-          f"runs {noise.prior_runs}")
+    print(f"prior fitted on tune: {noise}")
     level = args.significance
     for name in ("base", "delay", "cap"):
         pairs = list(itertools.combinations(profiles[name], 2))

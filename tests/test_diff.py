@@ -24,7 +24,8 @@ from ddpprof.diff.noise import RunNoise, t_cdf, t_quantile
 from ddpprof.diff.profile import RunProfile, run_profile
 
 #: No run-to-run noise beyond the steps: the synthetic runs repeat exactly.
-QUIET = RunNoise(relative=0.0, of_step=0.0, prior_runs=10, measured="none (tests)")
+QUIET = RunNoise(relative=0.0, of_step=0.0, waiting_of_step=0.0, prior_runs=10,
+                 measured="none (tests)")
 
 
 def profiles(folder) -> list[RunProfile]:

@@ -39,6 +39,12 @@ class Delta(msgspec.Struct, frozen=True):
     def verdict(self) -> str:
         return "changed" if self.significant else "within noise"
 
+    @property
+    def on_one_rank(self) -> bool:
+        """The change sits mostly on one rank: its rank moved at least 1.5 × the mean."""
+        return self.rank is not None and self.rank_delta_ms is not None and \
+            abs(self.rank_delta_ms) >= 1.5 * abs(self.delta_ms) > 0
+
 
 class ItemDelta(msgspec.Struct, frozen=True):
     """A kernel or op (name and shape) in one part, ms and calls per step before and after;
@@ -155,8 +161,9 @@ def _noise_source(before: Sequence[RunProfile], after: Sequence[RunProfile],
     counts = f"{len(before)} and {len(after)} recordings"
     steps = f"{min(len(p.step_series_ms) for p in [*before, *after])}+ steps each"
     repeats = "the spread of the repeats with " if max(len(before), len(after)) >= 2 else ""
-    return (f"{counts}, {steps}: {repeats}the run-to-run prior ({noise.relative:.1%} of a "
-            f"part, {noise.of_step:.1%} of the step; {noise.measured})")
+    return (f"{counts}, {steps}: {repeats}the run-to-run prior ({noise.relative:.0%} of a "
+            f"part, at least {noise.of_step:.1%} of the step, {noise.waiting_of_step:.0%} of "
+            f"it for waiting; {noise.measured})")
 
 
 def diff_pair(before: Sequence[RunProfile], after: Sequence[RunProfile],
@@ -169,8 +176,9 @@ def diff_pair(before: Sequence[RunProfile], after: Sequence[RunProfile],
     alpha = (1 - significance) / (1 + len(present))    # Bonferroni over step and parts
 
     def delta(key: PartKey, label: str) -> tuple[Delta, Estimate, Estimate]:
-        a, b = side_estimate(*_part_values(before, key), noise), side_estimate(
-            *_part_values(after, key), noise)
+        waiting = key.group == "waiting"
+        a = side_estimate(*_part_values(before, key), noise, waiting)
+        b = side_estimate(*_part_values(after, key), noise, waiting)
         interval = delta_interval(a, b, alpha)
         rank, moved = _rank_move(before, after, key)
         return Delta(key, label, a.mean, b.mean, interval.delta, interval.low, interval.high,

@@ -67,8 +67,8 @@ def contributor(diff: PairDiff, part: Delta) -> str:
             top = items[0]
             details.append(f"{top.name}{f' [{top.shape}]' if top.shape else ''} "
                            f"{_ms(top.delta_ms)}")
-    if part.rank is not None and part.rank_delta_ms and part.part.group != "waiting":
-        details.append(f"most on rank {part.rank}")
+    if part.on_one_rank and part.part.group != "waiting":
+        details.append(f"mostly on rank {part.rank} ({_ms(part.rank_delta_ms)})")
     return f"{text}: {'; '.join(details)}" if details else text
 
 

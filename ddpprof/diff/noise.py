@@ -34,20 +34,25 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RunNoise:
     """The run-to-run noise of a run's mean that its own steps do not show (see the module's
-    docstring), and what it was measured on."""
+    docstring), and what it was measured on. A part's own share (``relative``) follows the
+    machine's speed; waiting for another rank is a difference of two ranks' speeds, so it
+    scatters with the step (``waiting_of_step``); every other part has a floor
+    (``of_step``)."""
 
     relative: float          # of the quantity's own mean
-    of_step: float           # of the run's mean step
+    of_step: float           # of the run's mean step: a floor for every part
+    waiting_of_step: float   # of the run's mean step: for waiting for a rank
     prior_runs: int          # recordings it was measured on: its weight against repeats
     measured: str
 
-    def variance_ms2(self, value_ms: float, step_ms: float) -> float:
-        return (self.relative * value_ms) ** 2 + (self.of_step * step_ms) ** 2
+    def variance_ms2(self, value_ms: float, step_ms: float, waiting: bool = False) -> float:
+        floor = self.waiting_of_step if waiting else self.of_step
+        return (self.relative * value_ms) ** 2 + (floor * step_ms) ** 2
 
 
-#: Measured by ``benchmarks/diff_accuracy.py`` on its tuning recordings (never on the pairs
+#: Fitted by ``benchmarks/diff_accuracy.py`` on its tuning recordings (never on the pairs
 #: whose false-positive rate ``docs/benchmarks.md`` reports).
-DEFAULT_NOISE = RunNoise(relative=0.05, of_step=0.02, prior_runs=10,
+DEFAULT_NOISE = RunNoise(relative=0.35, of_step=0.01, waiting_of_step=0.1, prior_runs=10,
                          measured="placeholder")
 
 
@@ -62,12 +67,19 @@ class Estimate:
     runs: int
 
 
+def within_variance(series: Sequence[float]) -> float:
+    """The variance of a run's mean from its steps' scatter (0 with fewer than 2 steps)."""
+    return statistics.variance(series) / len(series) if len(series) >= 2 else 0.0
+
+
 def side_estimate(means: Sequence[float], series: Sequence[Sequence[float]],
-                  step_means: Sequence[float], noise: RunNoise) -> Estimate:
-    """One side: ``means`` of its recordings, their per-step ``series``, their mean steps."""
+                  step_means: Sequence[float], noise: RunNoise, waiting: bool = False
+                  ) -> Estimate:
+    """One side: ``means`` of its recordings, their per-step ``series``, their mean steps;
+    ``waiting``: the quantity is waiting for a rank."""
     k = len(means)
-    within = [statistics.variance(s) / len(s) if len(s) >= 2 else 0.0 for s in series]
-    prior = statistics.fmean(noise.variance_ms2(abs(m), t) + w
+    within = [within_variance(s) for s in series]
+    prior = statistics.fmean(noise.variance_ms2(abs(m), t, waiting) + w
                              for m, w, t in zip(means, within, step_means, strict=True))
     prior_df = max(noise.prior_runs - 1, 1)
     if k >= 2:
@@ -164,34 +176,35 @@ def t_quantile(p: float, df: float) -> float:
     return (low + high) / 2
 
 
-def fit_run_noise(profiles: Sequence[RunProfile], measured: str) -> RunNoise:
-    """The prior from recordings of one configuration: for the step and each part, the
-    variance of the recordings' means beyond what their steps explain, fitted as
-    ``(relative × part)² + (of_step × step)²`` by least squares on the standard deviations
-    (each quantity weighing alike), both coefficients at least 0."""
+def fit_run_noise(profiles: Sequence[RunProfile], measured: str,
+                  large_pct: float = 2.0) -> RunNoise:
+    """The prior from recordings of one configuration. For the step and each part, the
+    standard deviation of the recordings' means beyond what their steps explain,
+    ``sqrt(max(var(means) − mean(var of each mean from its steps), 0))``; then, as root mean
+    squares (so that larger deviations weigh more: the prior errs wide):
+
+    * ``relative``: that deviation over the part's mean, over the step and the parts other than
+      waiting that take at least ``large_pct`` % of the step;
+    * ``of_step``: over the mean step, for the smaller parts;
+    * ``waiting_of_step``: over the mean step, for waiting for a rank."""
     from .compare import STEP, _part_values
 
     keys = [STEP, *dict.fromkeys(k for p in profiles for k in p.parts)]
     step = statistics.fmean(p.step_ms for p in profiles)
-    rows = []
+    relative, floor, waiting = [], [], []
     for key in keys:
         means, series, _ = _part_values(profiles, key)
-        within = statistics.fmean(statistics.variance(s) / len(s) if len(s) >= 2 else 0.0
-                                  for s in series)
-        excess = max(statistics.variance(means) - within, 0.0)
-        rows.append((abs(statistics.fmean(means)), math.sqrt(excess)))
-    best = (math.inf, 0.0, 0.0)
-    # a grid over the two coefficients, then a finer one around the best: two unknowns
-    for scale in (0.02, 0.002, 0.0002):
-        centre = (best[1], best[2]) if math.isfinite(best[0]) else (0.0, 0.0)
-        for i in range(-50, 51):
-            for j in range(-50, 51):
-                relative = centre[0] + i * scale if scale < 0.02 else i * scale * 0.5 + 0.5
-                of_step = centre[1] + j * scale if scale < 0.02 else j * scale * 0.5 + 0.5
-                if relative < 0 or of_step < 0:
-                    continue
-                error = sum((math.hypot(relative * m, of_step * step) - s) ** 2
-                            for m, s in rows) / step ** 2
-                if error < best[0]:
-                    best = (error, relative, of_step)
-    return RunNoise(best[1], best[2], len(profiles), measured)
+        within = statistics.fmean(within_variance(s) for s in series)
+        excess = math.sqrt(max(statistics.variance(means) - within, 0.0))
+        mean = statistics.fmean(means)
+        if key.group == "waiting":
+            waiting.append(excess / step)
+        elif mean >= large_pct / 100 * step:
+            relative.append(excess / mean)
+        else:
+            floor.append(excess / step)
+
+    def rms(values: list[float]) -> float:
+        return math.sqrt(statistics.fmean(v * v for v in values)) if values else 0.0
+
+    return RunNoise(rms(relative), rms(floor), rms(waiting), len(profiles), measured)

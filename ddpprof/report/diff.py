@@ -91,8 +91,8 @@ def summary_lines(pair: PairDiff, significance: float) -> list[str]:
     lines.append(f"  {headline(pair, significance)}")
     changed = [p for p in pair.parts if p.significant][:3] or pair.parts[:1]
     for part in changed:
-        where = (f"; most on rank {part.rank} ({_signed(part.rank_delta_ms)} ms)"
-                 if part.rank is not None and part.rank_delta_ms else "")
+        where = (f"; mostly on rank {part.rank} ({_signed(part.rank_delta_ms)} ms)"
+                 if part.on_one_rank else "")
         lines.append(f"  {part.label}: {part.before_ms:.2f} → {part.after_ms:.2f} ms "
                      f"({_signed(part.delta_ms)}, {part.verdict}){where}")
     lines += [f"  {note}" for note in pair.notes]
