@@ -7,9 +7,10 @@ Records, interleaved so that the machine's drift is shared, ``bucket_ddp_async``
 * ``tune``: ``--tune`` recordings of the base configuration, on which the run-to-run prior is
   fitted (``ddpprof.diff.noise.fit_run_noise``) and on nothing else;
 * ``base``: ``--report`` recordings of the base configuration, never used to fit anything;
-* ``delay``: ``--changed`` recordings with ``--rank-delay 1:MS`` (rank 1 sleeps MS ms in a
-  traced span at the start of every step): the step should grow by about MS, attributed to
-  waiting for rank 1 (on rank 0) and to ``ddpprof::injected_delay`` (on rank 1);
+* ``delayMS``, for each of ``--delay-ms``: ``--changed`` recordings with ``--rank-delay 1:MS``
+  (rank 1 sleeps MS ms in a traced span at the start of every step): the step should grow by
+  about MS, attributed to waiting for rank 1 (on rank 0) and to ``ddpprof::injected_delay``
+  (on rank 1), half each in the mean over the two ranks;
 * ``cap``: ``--changed`` recordings with ``--bucket-cap-mib 1`` instead of 25: more, smaller
   buckets, a change of communication only.
 
@@ -18,15 +19,15 @@ Then, with the prior fitted on ``tune`` only, it reports:
 * false positives: the share of pairs of ``base`` recordings (every pair; also of ``delay``
   and of ``cap``) that ``diff`` calls a significant change, one recording a side, and for
   disjoint triples of ``base`` recordings three a side;
-* each ``base`` × ``delay`` pair: the step's change, the change attributed to the known cause
-  (waiting for rank 1 plus the injected span's item), the error of that attribution against
-  the measured change and against the injected delay, and whether the first part named is
-  the cause; the same for ``cap`` (the cause: communication, waiting and host communication
-  calls);
+* each ``base`` × ``delayMS`` pair (and 40 draws of three recordings a side): the step's
+  change, whether it is detected, whether the first part named is the cause, the change
+  attributed to the cause (waiting for rank 1 plus the injected span's item) and its error
+  against the injected delay; the same for ``cap`` (the cause: communication, waiting and
+  host communication calls; no known size);
 * the prior fitted, to copy into ``DEFAULT_NOISE``.
 
     python benchmarks/diff_accuracy.py [--out bench-diff/] [--tune 10] [--report 14]
-        [--changed 6] [--delay-ms 10] [--reuse]
+        [--changed 6] [--delay-ms 10,40] [--reuse]
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ sys.path.insert(0, str(REPO))
 
 from ddpprof.analysis import analyze_paths  # noqa: E402
 from ddpprof.diff.compare import PairDiff, diff_pair  # noqa: E402
-from ddpprof.diff.noise import fit_run_noise  # noqa: E402
+from ddpprof.diff.noise import RunNoise, fit_run_noise  # noqa: E402
 from ddpprof.diff.profile import RunProfile, run_profile  # noqa: E402
 from ddpprof.manifest import read_manifest  # noqa: E402
 
@@ -71,11 +72,11 @@ def record(out: Path, name: str, extra: list[str], reuse: bool) -> Path:
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
-    """Every recording, interleaved: tune, base, delay, cap, tune, base, ..."""
+    """Every recording, interleaved: tune, base, delay..., cap, tune, base, ..."""
     sets = {"tune": (args.tune, ["--bucket-cap-mib", "25"]),
             "base": (args.report, ["--bucket-cap-mib", "25"]),
-            "delay": (args.changed, ["--bucket-cap-mib", "25", "--rank-delay",
-                                     f"1:{args.delay_ms:g}"]),
+            **{f"delay{ms:g}": (args.changed, ["--bucket-cap-mib", "25", "--rank-delay",
+                                                f"1:{ms:g}"]) for ms in args.delay_ms},
             "cap": (args.changed, ["--bucket-cap-mib", "1"])}
     rounds = max(count for count, _ in sets.values())
     return [(f"{name}-{k:02d}", extra) for k in range(rounds)
@@ -95,7 +96,7 @@ def rate(flags: list[bool]) -> str:
 
 def cause_ms(diff: PairDiff, kind: str) -> float:
     """The change the diff attributes to the known cause."""
-    if kind == "delay":
+    if kind.startswith("delay"):
         waiting = sum(p.delta_ms for p in diff.parts if p.label == "waiting for rank 1")
         injected = sum(i.delta_ms or 0 for i in diff.items if i.name == "ddpprof::injected_delay")
         return waiting + injected
@@ -105,11 +106,45 @@ def cause_ms(diff: PairDiff, kind: str) -> float:
 
 def names_cause_first(diff: PairDiff, kind: str) -> bool:
     first = diff.parts[0]
-    if kind == "delay":
+    if kind.startswith("delay"):
         injected = any(i.name == "ddpprof::injected_delay" and i.part == first.label
                        for i in diff.items)
         return first.label == "waiting for rank 1" or injected
     return first.part.group in ("communication", "waiting", "host")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+def known_change(base: list[RunProfile], changed: list[RunProfile], kind: str,
+                 delay_ms: float | None, noise: RunNoise, level: float,
+                 rng: random.Random) -> None:
+    """Detection, the cause named first and the attribution's error, one recording a side
+    (every pair) and three a side (40 random draws)."""
+    for label, pairs in (
+            ("one a side", [([a], [b]) for a, b in itertools.product(base, changed)]),
+            ("three a side", [(rng.sample(base, 3), rng.sample(changed, 3))
+                              for _ in range(40)])):
+        diffs = [diff_pair(a, b, level, noise) for a, b in pairs]
+        for diff in diffs:
+            total = sum(p.delta_ms for p in diff.parts)
+            assert abs(total - diff.step.delta_ms) <= 0.02 * abs(diff.step.delta_ms) + 1e-9
+        found = [d.verdict == "significant change" for d in diffs]
+        first = [names_cause_first(d, kind) for d in diffs]
+        steps = [d.step.delta_ms for d in diffs]
+        causes = [cause_ms(d, kind) for d in diffs]
+        print(f"{kind}, {label}: {len(diffs)} pairs; step change median "
+              f"{statistics.median(steps):+.2f} ms (p10 {percentile(steps, 0.1):+.2f}, p90 "
+              f"{percentile(steps, 0.9):+.2f}); detected {rate(found)}; cause named first "
+              f"{rate(first)}; attributed to the cause: median "
+              f"{statistics.median(causes):+.2f} ms")
+        if delay_ms is not None:
+            errors = [abs(c - delay_ms) / delay_ms for c in causes]
+            print(f"  error of the attribution against the injected {delay_ms:g} ms: median "
+                  f"{100 * statistics.median(errors):.1f}%, p90 "
+                  f"{100 * percentile(errors, 0.9):.1f}%")
 
 
 def main() -> int:
@@ -118,7 +153,8 @@ def main() -> int:
     parser.add_argument("--tune", type=int, default=10)
     parser.add_argument("--report", type=int, default=14)
     parser.add_argument("--changed", type=int, default=6)
-    parser.add_argument("--delay-ms", type=float, default=10.0)
+    parser.add_argument("--delay-ms", type=lambda text: [float(v) for v in text.split(",")],
+                        default=[10.0, 40.0], help="Delays to inject, ms (comma-separated).")
     parser.add_argument("--significance", type=float, default=0.95)
     parser.add_argument("--reuse", action="store_true")
     args = parser.parse_args()
@@ -135,7 +171,7 @@ def main() -> int:
                                                      "tuning recordings")
     print(f"prior fitted on tune: {noise}")
     level = args.significance
-    for name in ("base", "delay", "cap"):
+    for name in ["base", *(f"delay{ms:g}" for ms in args.delay_ms), "cap"]:
         pairs = list(itertools.combinations(profiles[name], 2))
         flags = [diff_pair([a], [b], level, noise).verdict == "significant change"
                  for a, b in pairs]
@@ -151,28 +187,9 @@ def main() -> int:
                        == "significant change")
     print(f"false positives, base, three recordings a side (40 random disjoint splits): "
           f"{rate(triples)}")
-    for kind in ("delay", "cap"):
-        found, first, errors, injected_errors = [], [], [], []
-        for a, b in itertools.product(base, profiles[kind]):
-            diff = diff_pair([a], [b], level, noise)
-            found.append(diff.verdict == "significant change")
-            first.append(names_cause_first(diff, kind))
-            attributed = cause_ms(diff, kind)
-            errors.append(abs(attributed - diff.step.delta_ms) / abs(diff.step.delta_ms))
-            if kind == "delay":
-                injected_errors.append(abs(attributed - args.delay_ms) / args.delay_ms)
-            sums = abs(sum(p.delta_ms for p in diff.parts) - diff.step.delta_ms)
-            assert sums <= 0.02 * abs(diff.step.delta_ms) + 1e-9, sums
-        deltas = [diff_pair([a], [b], level, noise).step.delta_ms
-                  for a, b in itertools.product(base, profiles[kind])]
-        print(f"{kind}: {len(found)} pairs; step change median {statistics.median(deltas):+.2f} "
-              f"ms; detected {rate(found)}; cause named first {rate(first)}; attribution error "
-              f"against the measured change: median {100 * statistics.median(errors):.1f}%, "
-              f"p90 {100 * sorted(errors)[int(0.9 * len(errors))]:.1f}%")
-        if injected_errors:
-            print(f"  against the injected {args.delay_ms:g} ms: median "
-                  f"{100 * statistics.median(injected_errors):.1f}%, p90 "
-                  f"{100 * sorted(injected_errors)[int(0.9 * len(injected_errors))]:.1f}%")
+    for kind in [f"delay{ms:g}" for ms in args.delay_ms] + ["cap"]:
+        delay = float(kind.removeprefix("delay")) if kind.startswith("delay") else None
+        known_change(base, profiles[kind], kind, delay, noise, level, rng)
     print(f"total {time.monotonic() - started:.0f} s")
     return 0
 

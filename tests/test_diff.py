@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trace_builders import grad, gloo_reduce, span, step, synchronized_steps, write_trace
+from trace_builders import gloo_reduce, grad, span, step, synchronized_steps, write_trace
 
 from ddpprof.analysis import analyze_paths
 from ddpprof.analysis.parts import PartKey

@@ -8,8 +8,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trace_builders import grad, gloo_reduce, kernel, launch, span, step, synchronized_steps, \
-    write_trace
+from trace_builders import (
+    gloo_reduce,
+    grad,
+    kernel,
+    launch,
+    span,
+    step,
+    synchronized_steps,
+    write_trace,
+)
 
 from ddpprof.analysis import analyze_paths
 from ddpprof.analysis.parts import PartKey, innermost_pieces

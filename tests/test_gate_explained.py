@@ -55,9 +55,9 @@ def test_a_rank_metric_is_gated():
 
 
 def test_broken_within_the_noise_of_repeats_is_not_a_failure():
-    # medians 40 and 37 against 40 - 2: broken by 1. Each side: s² = 4 over 3 repeats, the
-    # median's variance π/2 · 4/3; the difference's variance twice that with 4 degrees of
-    # freedom; t(0.95, 4) = 2.1318: a margin of 2.1318 · √(4π/3) = 4.363
+    # medians 40 and 37 against 40 - 2: broken by 1. Each side: s² = 4 over 3 repeats, pooled
+    # 4 with 4 degrees of freedom; the medians' difference: π/2 · 4 · (1/3 + 1/3);
+    # t(0.95, 4) = 2.1318: a margin of 2.1318 · √(4π/3) = 4.363
     now = aggregate(runs_of(document(*(run(f"n{k}", v) for k, v in enumerate((37, 39, 35)))),
                             "now"))
     before = aggregate(runs_of(document(*(run(f"b{k}", v) for k, v in
@@ -66,7 +66,8 @@ def test_broken_within_the_noise_of_repeats_is_not_a_failure():
     [plain] = evaluate([rule], now, before)
     [noisy] = evaluate([rule], now, before, significance=0.95)
     assert plain.verdict == "FAIL"
-    assert noisy.verdict == "within noise" and noisy.noise == "now 3 repeats; baseline 3 repeats"
+    assert noisy.verdict == "within noise"
+    assert noisy.noise == "repeats (3 now, 3 in the baseline)"
     assert noisy.margin == pytest.approx(2.1318 * math.sqrt(4 * math.pi / 3), rel=1e-4)
     # far beyond the noise it fails all the same
     far = aggregate(runs_of(document(*(run(f"n{k}", v) for k, v in enumerate((27, 29, 25)))),
@@ -80,6 +81,18 @@ def test_without_repeats_the_check_says_it_has_no_noise():
                          runs_of(document(run("a", 40.0)), "base"), significance=0.95)
     assert (verdict.verdict, verdict.margin, verdict.noise) == ("FAIL", None,
                                                                  "none (no repeats)")
+
+
+def test_one_side_with_repeats_gives_the_noise_to_both():
+    # the baseline's three repeats (s² = 4, 2 degrees of freedom) against one current run:
+    # π/2 · 4 · (1/3 + 1/1); t(0.95, 2) = 2.9200
+    now = aggregate(runs_of(document(run("n", 37.0)), "now"))
+    before = aggregate(runs_of(document(*(run(f"b{k}", v) for k, v in
+                                          enumerate((40, 42, 38)))), "base"))
+    [verdict] = evaluate([parse_rule("overlap_pct >= baseline - 2")], now, before,
+                         significance=0.95)
+    assert verdict.margin == pytest.approx(2.9200 * math.sqrt(math.pi / 2 * 4 * 4 / 3),
+                                           rel=1e-4)
 
 
 @pytest.fixture
@@ -111,7 +124,7 @@ def test_a_failure_explains_itself(analyzed, ddpprof_cli, tmp_path):
     [explanation] = document["explanations"]
     assert explanation["contributors"][0].startswith("compute: gemm +3.96 ms per step")
     [verdict] = document["verdicts"]
-    assert verdict["noise"].startswith("now 1 run(s) × 2 steps + prior")
+    assert verdict["noise"] == "steps + prior (one recording a side)"
 
 
 def test_a_pass_explains_nothing(analyzed, ddpprof_cli):

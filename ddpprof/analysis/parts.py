@@ -35,7 +35,7 @@ import numpy as np
 
 from ..metrics import intervals as iv
 from ..metrics.comm import CollectiveCalls
-from ..metrics.partition import Shares, partition
+from ..metrics.partition import partition
 from ..trace import classify
 from ..trace.events import RankTrace
 
@@ -199,12 +199,12 @@ def device_parts(trace: RankTrace, stream: np.ndarray, start: np.ndarray, end: n
     Kind = classify.Kind
     lo = min(float(start[selected].min()), float(calls.start_us.min()) if calls.n else np.inf)
     hi = max(float(end[selected].max()), float(calls.end_us.max()) if calls.n else -np.inf)
-    device = selected & (stream >= 0)
-    cuts = [lo]
-    for k in range(1, n_steps):
-        launched = device & (launch_position == k)
-        cuts.append(float(start[launched].min()) if launched.any() else cuts[-1])
-    bounds = np.clip(np.maximum.accumulate(np.array([*cuts, hi])), lo, hi)
+    device = selected & (stream >= 0) & (launch_position >= 1)
+    first = np.full(n_steps, np.inf)         # each step's first device event
+    np.minimum.at(first, launch_position[device], start[device])
+    first[0] = lo
+    first = np.where(np.isinf(first), -np.inf, first)   # a step without device work: empty
+    bounds = np.clip(np.maximum.accumulate(np.append(first, hi)), lo, hi)
     windows = (bounds[:-1], bounds[1:])
     parts = _Parts()
     compute = np.flatnonzero(selected & (kinds == Kind.COMPUTE))
@@ -296,7 +296,11 @@ def host_parts(trace: RankTrace, lanes: classify.HostLanes, window: iv.Intervals
     window is one step), ``calls`` the collectives in the window."""
     if analyzed.size:
         order = analyzed[np.argsort(trace.start_us[analyzed], kind="stable")]
-        windows = (trace.start_us[order], trace.end_us[order])
+        ends = np.maximum.accumulate(trace.end_us[order])
+        # steps that overlap (a malformed trace) are cut where the one before ended
+        starts = np.minimum(np.maximum(trace.start_us[order], np.append(-np.inf, ends[:-1])),
+                            ends)
+        windows = (starts, ends)
         step_names = [trace.names[trace.name_id[i]] for i in order]
     else:
         windows = (window[0][:1], window[1][-1:])

@@ -86,6 +86,7 @@ class _DeviceAnalysis:
         self.kinds = classify.kernel_kinds(trace, classifier)
         self.selected, self.host_kept = self._select()
         self.order = self._hta_row_order()
+        self._launch: np.ndarray | None = None
 
     def _hta_row_order(self) -> np.ndarray:
         """The selected events in HTA's row order: launched device events, then the other
@@ -164,7 +165,7 @@ class _DeviceAnalysis:
             buckets=self._buckets(), host=self._host_signals(sel, host_comm),
             notes=self.notes, parts=device_parts(
                 trace, self.stream, self.start, self.end, sel, self.kinds,
-                launch_times(trace, self.stream, self.start), self._launch_positions(),
+                self._launch_times(), self._launch_positions(),
                 max(int(self.analyzed.size), 1),
                 self._step_names(), calls))
 
@@ -233,11 +234,16 @@ class _DeviceAnalysis:
                 f"compute, as HTA does ({', '.join(libraries)}; e.g. {sample[:60]!r}); add "
                 "--comm-kernel REGEX to count them as communication")
 
+    def _launch_times(self) -> np.ndarray:
+        if self._launch is None:
+            self._launch = launch_times(self.trace, self.stream, self.start)
+        return self._launch
+
     def _launch_positions(self) -> np.ndarray:
         """For every event, the position in ``analyzed`` of the step its launching host event
         started in (device events are matched to host events by correlation id), else -1."""
         steps = self.analyzed
-        launch = launch_times(self.trace, self.stream, self.start)
+        launch = self._launch_times()
         step_start, step_end = self.start[steps], self.end[steps]
         position = np.searchsorted(step_start, launch, side="right") - 1
         inside = (position >= 0) & (launch < step_end[np.clip(position, 0, None)])

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from ..analysis.parts import PartKey
-from .noise import DEFAULT_NOISE, Estimate, RunNoise, delta_interval, side_estimate
+from .noise import DEFAULT_NOISE, RunNoise, difference, interval, side
 from .profile import RunProfile
 
 #: Items listed under each part: those that moved the most.
@@ -159,11 +159,13 @@ def _rank_move(before: Sequence[RunProfile], after: Sequence[RunProfile], key: P
 def _noise_source(before: Sequence[RunProfile], after: Sequence[RunProfile],
                   noise: RunNoise) -> str:
     counts = f"{len(before)} and {len(after)} recordings"
-    steps = f"{min(len(p.step_series_ms) for p in [*before, *after])}+ steps each"
-    repeats = "the spread of the repeats with " if max(len(before), len(after)) >= 2 else ""
-    return (f"{counts}, {steps}: {repeats}the run-to-run prior ({noise.relative:.0%} of a "
-            f"part, at least {noise.of_step:.1%} of the step, {noise.waiting_of_step:.0%} of "
-            f"it for waiting; {noise.measured})")
+    if max(len(before), len(after)) >= 2:
+        df = sum(len(side) - 1 for side in (before, after))
+        return f"{counts}: the spread of the repeats ({df} degrees of freedom)"
+    steps = min(len(p.step_series_ms) for p in [*before, *after])
+    return (f"{counts}, {steps}+ steps each: the steps' scatter and the run-to-run prior "
+            f"({noise.relative:.0%} of a part, at least {noise.of_step:.1%} of the step, "
+            f"{noise.waiting_of_step:.0%} of it for waiting; {noise.measured})")
 
 
 def diff_pair(before: Sequence[RunProfile], after: Sequence[RunProfile],
@@ -175,20 +177,22 @@ def diff_pair(before: Sequence[RunProfile], after: Sequence[RunProfile],
         for i in range(len(side)))]
     alpha = (1 - significance) / (1 + len(present))    # Bonferroni over step and parts
 
-    def delta(key: PartKey, label: str) -> tuple[Delta, Estimate, Estimate]:
+    def delta(key: PartKey, label: str) -> Delta:
         waiting = key.group == "waiting"
-        a = side_estimate(*_part_values(before, key), noise, waiting)
-        b = side_estimate(*_part_values(after, key), noise, waiting)
-        interval = delta_interval(a, b, alpha)
+        a = side(*_part_values(before, key), noise, waiting)
+        b = side(*_part_values(after, key), noise, waiting)
+        found = difference(a, b, noise.prior_runs)
+        assert found is not None        # a profile always has its prior
+        span = interval(found, alpha)
         rank, moved = _rank_move(before, after, key)
-        return Delta(key, label, a.mean, b.mean, interval.delta, interval.low, interval.high,
-                     interval.significant, rank=rank, rank_delta_ms=moved), a, b
+        return Delta(key, label, a.mean, b.mean, span.delta, span.low, span.high,
+                     span.significant, rank=rank, rank_delta_ms=moved)
 
-    step, _, _ = delta(STEP, "step")
+    step = delta(STEP, "step")
     parts = []
     for key in present:
-        part, _, _ = delta(key, key.label)
-        share = 100 * part.delta_ms / step.delta_ms if step.delta_ms else None
+        part = delta(key, key.label)
+        share = 100 * part.delta_ms / step.delta_ms if abs(step.delta_ms) > 1e-9 else None
         parts.append(msgspec.structs.replace(part, of_step_delta_pct=share))
     parts.sort(key=lambda d: -abs(d.delta_ms))
     changed = step.significant or any(p.significant for p in parts)

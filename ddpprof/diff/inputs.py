@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..gate import ANALYZE_SCHEMA, ConfigKey
 from ..json_input import read_json_bytes
 from ..trace.storage import Location, location_of
-from .profile import RunProfile, profile_of_row, run_profile
+from .profile import RunProfile, profile_of_row
 
 
 def is_analysis_document(path: Location) -> bool:

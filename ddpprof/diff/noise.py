@@ -5,18 +5,17 @@ A run's mean of a quantity (its step time, or one part) is ``μ + u + ē``: the 
 true value μ, the run's own offset ``u`` (the machine's state while it ran: other load,
 frequency, placement; shared by all its steps) and the mean of its steps' own scatter ``ē``.
 
-* ``ē`` is seen in the run: its variance is the variance of the per-step series over the
-  number of steps (steps taken as independent around the run's level).
-* ``u`` is not: steps of one run cannot show it. Its variance comes from repeats when a side
-  has several recordings of one configuration (the variance of their means), and otherwise
-  from a prior measured on repeated recordings (:class:`RunNoise`):
-  ``var(u) = (relative × part)² + (of_step × step)²``. Repeats and prior are pooled as a
-  conjugate normal model does, the prior counting as ``prior_runs − 1`` degrees of freedom.
-* A difference of two sides' means is tested with Student's t on the Welch–Satterthwaite
-  degrees of freedom. The intervals of a diff's quantities are simultaneous: with ``m``
-  quantities at level ``1 − α``, each interval is at ``1 − α/m`` (Bonferroni), so that two
-  recordings of one configuration flag nothing with probability at least ``1 − α`` when the
-  model holds.
+* With **repeats** (a side with several recordings of one configuration), the variance of a
+  recording's mean, ``u`` and ``ē`` together, is the sample variance of the repeats' means,
+  pooled over the sides that have repeats (degrees of freedom: the repeats less one, summed).
+* Without, ``ē``'s variance is the per-step series' variance over the number of steps (steps
+  taken as independent around the run's level), and ``u``'s, which steps of one run cannot
+  show, comes from a prior measured on repeated recordings (:class:`RunNoise`), with its
+  recordings less one as degrees of freedom.
+* A difference is tested with Student's t. The intervals of a diff's quantities are
+  simultaneous: with ``m`` quantities at level ``1 − α``, each interval is at ``1 − α/m``
+  (Bonferroni), so that two recordings of one configuration flag nothing with probability at
+  least ``1 − α`` when the model holds.
 """
 
 from __future__ import annotations
@@ -56,36 +55,64 @@ DEFAULT_NOISE = RunNoise(relative=0.35, of_step=0.01, waiting_of_step=0.1, prior
                          measured="placeholder")
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A side's mean of one quantity over its recordings, the variance of that mean, and its
-    degrees of freedom."""
-
-    mean: float
-    variance: float
-    df: float
-    runs: int
-
-
 def within_variance(series: Sequence[float]) -> float:
     """The variance of a run's mean from its steps' scatter (0 with fewer than 2 steps)."""
     return statistics.variance(series) / len(series) if len(series) >= 2 else 0.0
 
 
-def side_estimate(means: Sequence[float], series: Sequence[Sequence[float]],
-                  step_means: Sequence[float], noise: RunNoise, waiting: bool = False
-                  ) -> Estimate:
-    """One side: ``means`` of its recordings, their per-step ``series``, their mean steps;
-    ``waiting``: the quantity is waiting for a rank."""
-    k = len(means)
-    within = [within_variance(s) for s in series]
-    prior = statistics.fmean(noise.variance_ms2(abs(m), t, waiting) + w
-                             for m, w, t in zip(means, within, step_means, strict=True))
-    prior_df = max(noise.prior_runs - 1, 1)
-    if k >= 2:
-        pooled = (prior_df * prior + (k - 1) * statistics.variance(means)) / (prior_df + k - 1)
-        return Estimate(statistics.fmean(means), pooled / k, prior_df + k - 1, k)
-    return Estimate(means[0], prior, prior_df, 1)
+@dataclass(frozen=True)
+class Side:
+    """One side's recordings of a quantity: their mean, how many they are, the sample variance
+    of their means (None with one), and the prior's variance of one recording's mean (None:
+    no prior for this quantity)."""
+
+    mean: float
+    runs: int
+    spread: float | None
+    prior: float | None
+
+
+def side(means: Sequence[float], series: Sequence[Sequence[float]] | None = None,
+         step_means: Sequence[float] | None = None, noise: RunNoise | None = None,
+         waiting: bool = False) -> Side:
+    """One side from its recordings' ``means``; with their per-step ``series``, mean steps
+    and a ``noise`` prior, the prior's variance too (``waiting``: the quantity is waiting for a
+    rank)."""
+    prior = None
+    if series is not None and step_means is not None and noise is not None:
+        prior = statistics.fmean(noise.variance_ms2(abs(m), t, waiting) + within_variance(s)
+                                 for m, s, t in zip(means, series, step_means, strict=True))
+    spread = statistics.variance(means) if len(means) >= 2 else None
+    return Side(statistics.fmean(means), len(means), spread, prior)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``after − slope × before``, its variance and degrees of freedom, and where they came
+    from (``repeats`` or ``prior``)."""
+
+    delta: float
+    variance: float
+    df: float
+    source: str
+
+
+def difference(before: Side, after: Side, prior_runs: int, slope: float = 1.0,
+               efficiency: float = 1.0) -> Difference | None:
+    """The difference of two sides and its noise: the repeats' pooled spread where a side has
+    repeats, else the prior; None with neither. ``efficiency``: the variance of the
+    statistic compared against that of a mean (π/2 for a median of normal samples)."""
+    delta = after.mean - slope * before.mean
+    spreads = [(s.spread, s.runs - 1) for s in (before, after) if s.spread is not None]
+    if spreads:
+        df = sum(d for _, d in spreads)
+        pooled = sum(v * d for v, d in spreads) / df
+        variance = efficiency * pooled * (slope ** 2 / before.runs + 1 / after.runs)
+        return Difference(delta, variance, df, "repeats")
+    if before.prior is None or after.prior is None:
+        return None
+    return Difference(delta, efficiency * (slope ** 2 * before.prior + after.prior),
+                      max(prior_runs - 1, 1), "prior")
 
 
 @dataclass(frozen=True)
@@ -102,21 +129,17 @@ class Interval:
         return self.low > 0 or self.high < 0
 
 
-def delta_interval(before: Estimate, after: Estimate, alpha: float) -> Interval:
-    """The difference of two sides' means and its two-sided ``1 − alpha`` interval."""
-    delta = after.mean - before.mean
-    variance = before.variance + after.variance
-    if variance <= 0:
-        return Interval(delta, delta, delta)
-    df = variance ** 2 / sum(v ** 2 / d for v, d in ((before.variance, before.df),
-                                                      (after.variance, after.df)) if v > 0)
-    half = t_quantile(1 - alpha / 2, df) * math.sqrt(variance)
-    return Interval(delta, delta - half, delta + half)
+def interval(found: Difference, alpha: float) -> Interval:
+    """The two-sided ``1 − alpha`` interval of a difference."""
+    half = t_quantile(1 - alpha / 2, found.df) * math.sqrt(found.variance) \
+        if found.variance > 0 else 0.0
+    return Interval(found.delta, found.delta - half, found.delta + half)
 
 
-def one_sided_margin(variance: float, df: float, level: float) -> float:
-    """How far above a value its one-sided ``level`` bound lies (0 without noise)."""
-    return t_quantile(level, df) * math.sqrt(variance) if variance > 0 else 0.0
+def one_sided_margin(found: Difference, level: float) -> float:
+    """How far the difference may exceed 0 by noise alone at ``level`` (one-sided)."""
+    return t_quantile(level, found.df) * math.sqrt(found.variance) \
+        if found.variance > 0 else 0.0
 
 
 # ---- Student's t (no scipy on the analysis side) --------------------------------------------
