@@ -6,11 +6,11 @@ the rule is broken by more than the one-sided Student's t quantile at the signif
 times the standard deviation of ``current − slope × baseline``, whose noise comes from
 (``ddpprof.diff.noise.difference``):
 
-* the **repeats** (``--aggregate median``): the sample variance of each side's repeats,
-  pooled over the sides that have them, times ``slope²/k_baseline + 1/k_current``, and by
-  π/2 for a median; degrees of freedom: the repeats less one, summed;
-* for ``step_ms`` with one recording a side: its steps and ``ddpprof diff``'s run-to-run prior
-  (the documents' ``profile``);
+* for ``step_ms`` (from the documents' ``profile``): ``ddpprof diff``'s model, its steps and
+  run-to-run prior pooled with the repeats' spread where there are repeats;
+* for any other metric, the **repeats** (``--aggregate median``): the sample variance of each
+  side's repeats, pooled over the sides that have them, times ``slope²/k_baseline +
+  1/k_current``, and by π/2 for a median; degrees of freedom: the repeats less one, summed;
 * none otherwise: the check is then the plain comparison, and says so.
 """
 
@@ -36,10 +36,10 @@ def run_side(run: GateRun, metric: str, side_name: str) -> Side | None:
 
 
 def _source(found: Difference, current: GateRun, baseline: GateRun) -> str:
-    if found.source == "repeats":
-        counts = [r.repeats or 1 for r in (current, baseline)]
-        return f"repeats ({counts[0]} now, {counts[1]} in the baseline)"
-    return "steps + prior (one recording a side)"
+    counts = [r.repeats or 1 for r in (current, baseline)]
+    if found.source == "prior":
+        return "steps + prior (one recording a side)"
+    return f"{found.source} ({counts[0]} now, {counts[1]} in the baseline)"
 
 
 def margin_of(rule: Rule, current: GateRun, baseline: GateRun, significance: float

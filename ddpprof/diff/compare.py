@@ -159,12 +159,10 @@ def _rank_move(before: Sequence[RunProfile], after: Sequence[RunProfile], key: P
 def _noise_source(before: Sequence[RunProfile], after: Sequence[RunProfile],
                   noise: RunNoise) -> str:
     counts = f"{len(before)} and {len(after)} recordings"
-    if max(len(before), len(after)) >= 2:
-        df = sum(len(side) - 1 for side in (before, after))
-        return f"{counts}: the spread of the repeats ({df} degrees of freedom)"
     steps = min(len(p.step_series_ms) for p in [*before, *after])
-    return (f"{counts}, {steps}+ steps each: the steps' scatter and the run-to-run prior "
-            f"({noise.relative:.0%} of a part, at least {noise.of_step:.1%} of the step, "
+    repeats = " and the repeats' spread" if max(len(before), len(after)) >= 2 else ""
+    return (f"{counts}, {steps}+ steps each: the steps' scatter{repeats} and the run-to-run "
+            f"prior ({noise.relative:.0%} of a part, at least {noise.of_step:.1%} of the step, "
             f"{noise.waiting_of_step:.0%} of it for waiting; {noise.measured})")
 
 

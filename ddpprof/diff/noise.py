@@ -5,13 +5,14 @@ A run's mean of a quantity (its step time, or one part) is ``μ + u + ē``: the 
 true value μ, the run's own offset ``u`` (the machine's state while it ran: other load,
 frequency, placement; shared by all its steps) and the mean of its steps' own scatter ``ē``.
 
-* With **repeats** (a side with several recordings of one configuration), the variance of a
-  recording's mean, ``u`` and ``ē`` together, is the sample variance of the repeats' means,
-  pooled over the sides that have repeats (degrees of freedom: the repeats less one, summed).
-* Without, ``ē``'s variance is the per-step series' variance over the number of steps (steps
-  taken as independent around the run's level), and ``u``'s, which steps of one run cannot
-  show, comes from a prior measured on repeated recordings (:class:`RunNoise`), with its
-  recordings less one as degrees of freedom.
+* ``ē`` is seen in the run: its variance is the per-step series' variance over the number of
+  steps (steps taken as independent around the run's level).
+* ``u`` is not: steps of one run cannot show it. Its variance comes from a prior measured on
+  repeated recordings (:class:`RunNoise`), worth its recordings less one degrees of freedom,
+  pooled with the spread of the repeats' means where a side has several recordings of one
+  configuration (a conjugate normal model's pooling: a few repeats lean on the prior, many
+  follow the data). A quantity with no prior (a gated metric other than the step) has only
+  its repeats' spread, pooled over the sides.
 * A difference is tested with Student's t. The intervals of a diff's quantities are
   simultaneous: with ``m`` quantities at level ``1 − α``, each interval is at ``1 − α/m``
   (Bonferroni), so that two recordings of one configuration flag nothing with probability at
@@ -49,10 +50,12 @@ class RunNoise:
         return (self.relative * value_ms) ** 2 + (floor * step_ms) ** 2
 
 
-#: Fitted by ``benchmarks/diff_accuracy.py`` on its tuning recordings (never on the pairs
-#: whose false-positive rate ``docs/benchmarks.md`` reports).
-DEFAULT_NOISE = RunNoise(relative=0.35, of_step=0.01, waiting_of_step=0.1, prior_runs=10,
-                         measured="placeholder")
+#: Fitted by ``benchmarks/diff_accuracy.py`` on its ten tuning recordings, never on the pairs
+#: whose false-positive rate ``docs/benchmarks.md`` reports: ``bucket_ddp_async`` on
+#: ``mlp-small``, 2 gloo ranks, on this project's 2-core machine shared with other work.
+DEFAULT_NOISE = RunNoise(relative=0.262, of_step=0.0015, waiting_of_step=0.051, prior_runs=10,
+                         measured="fitted on 10 recordings, 2 gloo ranks on a shared 2-core "
+                                  "CPU machine, 2026-11-26")
 
 
 def within_variance(series: Sequence[float]) -> float:
@@ -99,20 +102,33 @@ class Difference:
 
 def difference(before: Side, after: Side, prior_runs: int, slope: float = 1.0,
                efficiency: float = 1.0) -> Difference | None:
-    """The difference of two sides and its noise: the repeats' pooled spread where a side has
-    repeats, else the prior; None with neither. ``efficiency``: the variance of the
-    statistic compared against that of a mean (π/2 for a median of normal samples)."""
+    """``after − slope × before`` and its noise. With a prior, each side's variance of one
+    recording's mean pools the prior (``prior_runs − 1`` degrees of freedom) with its repeats'
+    spread, and the degrees of freedom of the difference are Welch–Satterthwaite's; without,
+    the repeats' spread, pooled over the sides that have repeats; None with neither.
+    ``efficiency``: the variance of the statistic against that of a mean (π/2 for a median
+    of normal samples)."""
     delta = after.mean - slope * before.mean
+    if before.prior is not None and after.prior is not None:
+        weight = max(prior_runs - 1, 1)
+        terms = []
+        for found, factor in ((before, slope ** 2), (after, 1.0)):
+            repeats = found.runs - 1 if found.spread is not None else 0
+            pooled = (weight * found.prior + repeats * (found.spread or 0.0)) / (weight + repeats)
+            terms.append((efficiency * factor * pooled / found.runs, weight + repeats))
+        variance = sum(v for v, _ in terms)
+        if variance <= 0:
+            return Difference(delta, 0.0, math.inf, "prior")
+        df = variance ** 2 / sum(v ** 2 / d for v, d in terms if v > 0)
+        source = "repeats and prior" if max(before.runs, after.runs) >= 2 else "prior"
+        return Difference(delta, variance, df, source)
     spreads = [(s.spread, s.runs - 1) for s in (before, after) if s.spread is not None]
-    if spreads:
-        df = sum(d for _, d in spreads)
-        pooled = sum(v * d for v, d in spreads) / df
-        variance = efficiency * pooled * (slope ** 2 / before.runs + 1 / after.runs)
-        return Difference(delta, variance, df, "repeats")
-    if before.prior is None or after.prior is None:
+    if not spreads:
         return None
-    return Difference(delta, efficiency * (slope ** 2 * before.prior + after.prior),
-                      max(prior_runs - 1, 1), "prior")
+    df = sum(d for _, d in spreads)
+    pooled = sum(v * d for v, d in spreads) / df
+    variance = efficiency * pooled * (slope ** 2 / before.runs + 1 / after.runs)
+    return Difference(delta, variance, df, "repeats")
 
 
 @dataclass(frozen=True)
