@@ -153,8 +153,10 @@ def test_cli_diff_of_traces_and_of_analyze_documents_agree(tmp_path, ddpprof_cli
     assert from_traces.returncode == from_json.returncode == 0, from_traces.stderr
     one, two = json.loads(from_traces.stdout), json.loads(from_json.stdout)
     assert (one["schema"], one["version"]) == ("ddpprof.diff", 1)
-    for document in (one, two):
+    for document in (one, two):     # the sides are named after the paths given
         del document["before"], document["after"]
+        for found in document["pairs"]:
+            del found["before"], found["after"]
     assert one == two
     # the table went to stderr, its first row the step's change
     assert re.search(r"step\s+0\.09\s+0\.13\s+0\.04", from_traces.stderr)
@@ -187,7 +189,8 @@ def test_configuration_changes_come_first(tmp_path, ddpprof_cli):
     assert result.returncode == 0, result.stderr
     lines = [line.strip() for line in result.stdout.splitlines()]
     # the runs, then what differs in their configuration, then the step
-    assert lines[2:4] == ["a → b", "configuration: bucket_cap_mb 25.0 → 5.0"]
+    assert lines[2] == f"{tmp_path / 'a'} (1 recording: a) → {tmp_path / 'b'} (1 recording: b)"
+    assert lines[3] == "configuration: bucket_cap_mb 25.0 → 5.0"
     assert lines[4].startswith("step 0.09 → 0.09 ms")
     assert "no significant change" in result.stdout
 

@@ -52,8 +52,14 @@ def diff(before: str, after: str, significance: float, keep_last_step: bool,
         notes.extend(f"{run.name}: {note}" for run in analysis.runs for note in run.notes)
         return [p for p in map(run_profile, analysis.runs) if p is not None]
 
-    pairs = [diff_pair(a, b, significance, DEFAULT_NOISE)
-             for a, b in pair(load_side(before, analyze), load_side(after, analyze))]
+    paired = pair(load_side(before, analyze), load_side(after, analyze))
+
+    def names(a: list[RunProfile], b: list[RunProfile]) -> tuple[str, str]:
+        if len(paired) == 1:
+            return before, after
+        return f"{before}: {a[0].run}", f"{after}: {b[0].run}"
+
+    pairs = [diff_pair(a, b, significance, DEFAULT_NOISE, names(a, b)) for a, b in paired]
     notes = list(dict.fromkeys(notes))
     document = DiffDocument(before=before, after=after, significance=significance,
                             noise=DEFAULT_NOISE, pairs=pairs, notes=notes)

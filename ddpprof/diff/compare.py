@@ -14,8 +14,8 @@ from ..analysis.parts import PartKey
 from .noise import DEFAULT_NOISE, RunNoise, difference, interval, side
 from .profile import RunProfile
 
-#: Items listed under each part: those that moved the most.
-TOP_MOVED = 5
+#: Items listed under each of the parts that moved the most: those that moved the most.
+TOP_MOVED, TOP_PARTS = 5, 6
 STEP = PartKey("step")
 
 
@@ -94,6 +94,8 @@ class ConfigChange(msgspec.Struct, frozen=True):
 class PairDiff(msgspec.Struct, kw_only=True):
     """One pair of sides: what changed between them."""
 
+    before: str                         # what the sides are called (the paths given)
+    after: str
     before_runs: list[str]
     after_runs: list[str]
     kind: str
@@ -167,8 +169,10 @@ def _noise_source(before: Sequence[RunProfile], after: Sequence[RunProfile],
 
 
 def diff_pair(before: Sequence[RunProfile], after: Sequence[RunProfile],
-              significance: float = 0.95, noise: RunNoise = DEFAULT_NOISE) -> PairDiff:
-    """Compare two sides, each one recording or repeats of one configuration."""
+              significance: float = 0.95, noise: RunNoise = DEFAULT_NOISE,
+              names: tuple[str, str] = ("A", "B")) -> PairDiff:
+    """Compare two sides, each one recording or repeats of one configuration; ``names``:
+    what to call the sides."""
     keys = list(dict.fromkeys(k for p in [*before, *after] for k in p.parts))
     present = [k for k in keys if any(
         abs(_part_values(side, k)[0][i]) > 0 for side in (before, after)
@@ -196,6 +200,7 @@ def diff_pair(before: Sequence[RunProfile], after: Sequence[RunProfile],
     changed = step.significant or any(p.significant for p in parts)
     notes = _unprofiled_note(before, after)
     return PairDiff(
+        before=names[0], after=names[1],
         before_runs=[p.run for p in before], after_runs=[p.run for p in after],
         kind=before[0].kind, config_changes=config_changes(before[0], after[0]), step=step,
         parts=parts, unattributed_ms=step.delta_ms - sum(p.delta_ms for p in parts),
@@ -234,11 +239,12 @@ def _side_items(profiles: Sequence[RunProfile]
 
 def moved_items(before: Sequence[RunProfile], after: Sequence[RunProfile],
                 parts: Sequence[Delta]) -> list[ItemDelta]:
-    """Under each part, in the parts' order, the ``TOP_MOVED`` items that moved the most."""
+    """Under each of the ``TOP_PARTS`` parts that moved the most, in their order, the
+    ``TOP_MOVED`` items that moved the most (those that did not move are left out)."""
     a, a_bounded = _side_items(before)
     b, b_bounded = _side_items(after)
     found = []
-    for part in parts:
+    for part in parts[:TOP_PARTS]:
         keys = [k for k in dict.fromkeys([*a, *b]) if k[0] == part.part]
 
         def value(side, bounded, key, column):
@@ -252,6 +258,7 @@ def moved_items(before: Sequence[RunProfile], after: Sequence[RunProfile],
             moved = None if None in (before_ms, after_ms) else after_ms - before_ms
             rows.append(ItemDelta(part.label, key[1], key[2], before_ms, after_ms, moved,
                                   value(a, a_bounded, key, 1), value(b, b_bounded, key, 1)))
+        rows = [r for r in rows if r.delta_ms != 0]
         rows.sort(key=lambda r: -abs(r.delta_ms) if r.delta_ms is not None else 0.0)
         found += rows[:TOP_MOVED]
     return found

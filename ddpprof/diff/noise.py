@@ -119,7 +119,8 @@ def difference(before: Side, after: Side, prior_runs: int, slope: float = 1.0,
         variance = sum(v for v, _ in terms)
         if variance <= 0:
             return Difference(delta, 0.0, math.inf, "prior")
-        df = variance ** 2 / sum(v ** 2 / d for v, d in terms if v > 0)
+        spread = sum(v ** 2 / d for v, d in terms if v > 0)
+        df = variance ** 2 / spread if spread > 0 else min(d for _, d in terms)
         source = "repeats and prior" if max(before.runs, after.runs) >= 2 else "prior"
         return Difference(delta, variance, df, source)
     spreads = [(s.spread, s.runs - 1) for s in (before, after) if s.spread is not None]

@@ -19,9 +19,9 @@ PART_COLUMNS = [
     Column("rank", "most_on_rank", wide=True), Column("rank_delta_ms", wide=True)]
 ITEM_COLUMNS = [
     Column("pair", wide=True, max_width=40), Column("part", max_width=26),
-    Column("name", max_width=48), Column("shape", wide=True), Column("before_ms"),
-    Column("after_ms"), Column("delta_ms"), Column("before_calls", wide=True),
-    Column("after_calls", wide=True)]
+    Column("item", max_width=48), Column("name", wide=True), Column("shape", wide=True),
+    Column("before_ms"), Column("after_ms"), Column("delta_ms"),
+    Column("before_calls", wide=True), Column("after_calls", wide=True)]
 COLLECTIVE_COLUMNS = [
     Column("pair", wide=True, max_width=40), Column("kind"), Column("process_group", "group"),
     Column("before_calls", "calls_before"), Column("after_calls", "calls_after"),
@@ -39,7 +39,12 @@ BUCKET_COLUMNS = [
 
 
 def pair_name(pair: PairDiff) -> str:
-    return f"{', '.join(pair.before_runs)} → {', '.join(pair.after_runs)}"
+    return f"{pair.before} → {pair.after}"
+
+
+def _side(name: str, runs: list[str]) -> str:
+    shown = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
+    return f"{name} ({len(runs)} recording{'s' if len(runs) > 1 else ''}: {shown})"
 
 
 def _rows(pairs: Sequence[PairDiff], get) -> list[dict]:
@@ -51,6 +56,8 @@ def _rows(pairs: Sequence[PairDiff], get) -> list[dict]:
             fields = msgspec.structs.asdict(row)
             if hasattr(row, "verdict"):
                 fields["verdict"] = row.verdict
+            if hasattr(row, "shape"):      # an item: its name, and its shape where known
+                fields["item"] = f"{row.name} [{row.shape}]" if row.shape else row.name
             rows.append({"pair": pair_name(pair), **fields})
     return rows
 
@@ -78,15 +85,18 @@ def _signed(value: float) -> str:
 def headline(pair: PairDiff, significance: float) -> str:
     step = pair.step
     change = f" ({100 * step.delta_ms / step.before_ms:+.1f}%)" if step.before_ms else ""
+    changed = sum(p.significant for p in pair.parts)
+    parts = f"{changed} part{'s' if changed != 1 else ''} beyond the noise"
     return (f"step {step.before_ms:.2f} → {step.after_ms:.2f} ms{change}, "
             f"{_signed(step.delta_ms)} ms in [{_signed(step.low_ms)}, {_signed(step.high_ms)}] "
-            f"at {significance:.0%} (simultaneous over the parts): {pair.verdict}")
+            f"({step.verdict}; {significance:.0%}, simultaneous over the parts), {parts}: "
+            f"{pair.verdict}")
 
 
 def summary_lines(pair: PairDiff, significance: float) -> list[str]:
     """What a person reads first: the runs, the configuration's changes, the step's change,
     where it comes from."""
-    lines = [f"{pair_name(pair)}"]
+    lines = [f"{_side(pair.before, pair.before_runs)} → {_side(pair.after, pair.after_runs)}"]
     lines += [f"  configuration: {c.field} {c.before} → {c.after}" for c in pair.config_changes]
     lines.append(f"  {headline(pair, significance)}")
     changed = [p for p in pair.parts if p.significant][:3] or pair.parts[:1]
@@ -145,7 +155,10 @@ def render_page(pairs: Sequence[PairDiff], title: str, significance: float,
 
 
 def _html_table(table: Table, pair: str) -> dict:
-    shown = [c for c in table.columns if c.key != "pair"]
+    """A table as the page shows it: the pair is the section's, an item its name and shape."""
+    left_out = {"pair", "name", "shape"} if any(c.key == "item" for c in table.columns) \
+        else {"pair"}
+    shown = [c for c in table.columns if c.key not in left_out]
     return {"title": table.title, "headers": [c.title for c in shown],
             "rows": [[format_cell(table.shown_value(row, c)) for c in shown]
                      for row in table.rows]}
