@@ -347,7 +347,7 @@ class Verdict:
 COLUMNS = [Column("rule"), Column("run"), Column("baseline"), Column("current"),
            Column("threshold"), Column("verdict")]
 REPEAT_COLUMNS = [Column("baseline_repeats"), Column("current_repeats")]
-NOISE_COLUMNS = [Column("margin"), Column("noise", max_width=30)]
+NOISE_COLUMNS = [Column("margin"), Column("noise", wide=True)]
 
 
 def aggregate(runs: list[GateRun]) -> list[GateRun]:

@@ -48,16 +48,19 @@ class Delta(msgspec.Struct, frozen=True):
 
 class ItemDelta(msgspec.Struct, frozen=True):
     """A kernel or op (name and shape) in one part, ms and calls per step before and after;
-    None where the item was not among the listed ones of a bounded profile."""
+    None where the item was not among the listed ones of a bounded profile, its change then
+    taken against the smallest item that side listed (``bound``: the change is at least that
+    much when it grew, at most when it shrank)."""
 
     part: str
     name: str
     shape: str
     before_ms: float | None
     after_ms: float | None
-    delta_ms: float | None
+    delta_ms: float
     before_calls: float | None
     after_calls: float | None
+    bound: bool = False
 
 
 class CollectiveDelta(msgspec.Struct, frozen=True):
@@ -220,46 +223,58 @@ def _unprofiled_note(before: Sequence[RunProfile], after: Sequence[RunProfile]) 
 
 
 def _side_items(profiles: Sequence[RunProfile]
-                ) -> tuple[dict[tuple[PartKey, str, str], tuple[float, float]], set[PartKey]]:
-    """Items by (part, name, shape): means over recordings; and the parts whose items were
-    bounded (an item missing there is unknown, not absent)."""
+                ) -> tuple[dict[tuple[PartKey, str, str], tuple[float, float]],
+                           dict[PartKey, float]]:
+    """Items by (part, name, shape): means over recordings; and, for the parts whose items a
+    profile bounded, the smallest item listed (an item missing there is unknown, at most
+    that, not absent)."""
     sums: dict[tuple[PartKey, str, str], list[float]] = {}
-    bounded = set()
+    smallest: dict[PartKey, float] = {}
     for p in profiles:
+        listed: dict[PartKey, float] = {}
         for item in p.items:
-            entry = sums.setdefault((p.parts[item.part], item.name, item.shape), [0.0, 0.0])
+            key = p.parts[item.part]
+            entry = sums.setdefault((key, item.name, item.shape), [0.0, 0.0])
             entry[0] += item.ms_per_step
             entry[1] += item.calls_per_step
+            listed[key] = min(listed.get(key, item.ms_per_step), item.ms_per_step)
         for k, left in enumerate(p.items_left_out_ms or []):
             if left > 0:
-                bounded.add(p.parts[k])
+                key = p.parts[k]
+                smallest[key] = max(smallest.get(key, 0.0), listed.get(key, left))
     n = len(profiles)
-    return {key: (ms / n, calls / n) for key, (ms, calls) in sums.items()}, bounded
+    return {key: (ms / n, calls / n) for key, (ms, calls) in sums.items()}, smallest
 
 
 def moved_items(before: Sequence[RunProfile], after: Sequence[RunProfile],
                 parts: Sequence[Delta]) -> list[ItemDelta]:
     """Under each of the ``TOP_PARTS`` parts that moved the most, in their order, the
-    ``TOP_MOVED`` items that moved the most (those that did not move are left out)."""
-    a, a_bounded = _side_items(before)
-    b, b_bounded = _side_items(after)
+    ``TOP_MOVED`` items that moved the most (those that did not move are left out). An item
+    not listed by a bounded side is unknown there (None), and its change is bounded by the
+    smallest item that side listed (``bound``)."""
+    a, a_bounds = _side_items(before)
+    b, b_bounds = _side_items(after)
     found = []
     for part in parts[:TOP_PARTS]:
-        keys = [k for k in dict.fromkeys([*a, *b]) if k[0] == part.part]
-
-        def value(side, bounded, key, column):
-            if key in side:
-                return side[key][column]
-            return None if key[0] in bounded else 0.0
-
         rows = []
-        for key in keys:
-            before_ms, after_ms = value(a, a_bounded, key, 0), value(b, b_bounded, key, 0)
-            moved = None if None in (before_ms, after_ms) else after_ms - before_ms
+        for key in [k for k in dict.fromkeys([*a, *b]) if k[0] == part.part]:
+            values = []
+            for listed, bounds in ((a, a_bounds), (b, b_bounds)):
+                if key in listed:
+                    values.append((*listed[key], False))
+                elif key[0] in bounds:
+                    values.append((None, None, True))
+                else:
+                    values.append((0.0, 0.0, False))
+            (before_ms, before_calls, a_unknown), (after_ms, after_calls, b_unknown) = values
+            if a_unknown and b_unknown:
+                continue
+            moved = (after_ms if after_ms is not None else b_bounds[key[0]]) - (
+                before_ms if before_ms is not None else a_bounds[key[0]])
             rows.append(ItemDelta(part.label, key[1], key[2], before_ms, after_ms, moved,
-                                  value(a, a_bounded, key, 1), value(b, b_bounded, key, 1)))
+                                  before_calls, after_calls, bound=a_unknown or b_unknown))
         rows = [r for r in rows if r.delta_ms != 0]
-        rows.sort(key=lambda r: -abs(r.delta_ms) if r.delta_ms is not None else 0.0)
+        rows.sort(key=lambda r: -abs(r.delta_ms))
         found += rows[:TOP_MOVED]
     return found
 

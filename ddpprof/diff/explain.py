@@ -65,10 +65,13 @@ def contributor(diff: PairDiff, part: Delta) -> str:
         items = [i for i in diff.items if i.part == part.label and i.delta_ms]
         if items:
             top = items[0]
+            bound = ("≥ " if top.delta_ms > 0 else "≤ ") if top.bound else ""
             details.append(f"{top.name}{f' [{top.shape}]' if top.shape else ''} "
-                           f"{_ms(top.delta_ms)}")
-    if part.on_one_rank and part.part.group != "waiting":
-        details.append(f"mostly on rank {part.rank} ({_ms(part.rank_delta_ms)})")
+                           f"{bound}{_ms(top.delta_ms)}")
+    if part.on_one_rank:
+        details.append(f"rank {part.rank} waits {_ms(part.rank_delta_ms)}"
+                       if part.part.group == "waiting"
+                       else f"mostly on rank {part.rank} ({_ms(part.rank_delta_ms)})")
     return f"{text}: {'; '.join(details)}" if details else text
 
 

@@ -26,13 +26,13 @@ COLLECTIVE_COLUMNS = [
     Column("pair", wide=True, max_width=40), Column("kind"), Column("process_group", "group"),
     Column("before_calls", "calls_before"), Column("after_calls", "calls_after"),
     Column("before_ms", "ms_before"), Column("after_ms", "ms_after"),
-    Column("before_bytes_per_call", "MiB_per_call_before", scale=2**20),
-    Column("after_bytes_per_call", "MiB_per_call_after", scale=2**20),
+    Column("before_bytes_per_call", "MiB_per_call_before", scale=2**20, wide=True),
+    Column("after_bytes_per_call", "MiB_per_call_after", scale=2**20, wide=True),
     Column("before_busbw_gbps", "busbw_before"), Column("after_busbw_gbps", "busbw_after")]
 BUCKET_COLUMNS = [
     Column("pair", wide=True, max_width=40), Column("index", "bucket"),
-    Column("before_size_bytes", "MiB_before", scale=2**20),
-    Column("after_size_bytes", "MiB_after", scale=2**20),
+    Column("before_size_bytes", "MiB_before", scale=2**20, wide=True),
+    Column("after_size_bytes", "MiB_after", scale=2**20, wide=True),
     Column("before_launch_ms", "launch_before"), Column("after_launch_ms", "launch_after"),
     Column("launch_delta_ms", "launch_delta"), Column("before_exposed_ms", "exposed_before"),
     Column("after_exposed_ms", "exposed_after"), Column("exposed_delta_ms", "exposed_delta")]
