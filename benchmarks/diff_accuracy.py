@@ -7,7 +7,7 @@ Records, interleaved so that the machine's drift is shared, ``bucket_ddp_async``
 * ``tune``: ``--tune`` recordings of the base configuration, on which the run-to-run prior is
   fitted (``ddpprof.diff.noise.fit_run_noise``) and on nothing else;
 * ``base``: ``--report`` recordings of the base configuration, never used to fit anything;
-* ``delayMS``, for each of ``--delay-ms``: ``--changed`` recordings with ``--rank-delay 1:MS``
+* ``delayMS``, for each of ``--delay-ms``: ``--changed`` recordings with ``--inject-delay 1:MS``
   (rank 1 sleeps MS ms in a traced span at the start of every step): the step should grow by
   about MS, attributed to waiting for rank 1 (on rank 0) and to ``ddpprof::injected_delay``
   (on rank 1), half each in the mean over the two ranks;
@@ -18,8 +18,8 @@ Then, with the prior fitted on ``tune`` only, it reports:
 
 * false positives: the share of pairs of ``base`` recordings (every pair; also of ``delay``
   and of ``cap``) that ``diff`` calls a significant change, one recording a side, and for
-  disjoint triples of ``base`` recordings three a side;
-* each ``base`` × ``delayMS`` pair (and 40 draws of three recordings a side): the step's
+  100 random draws of two disjoint triples of ``base`` recordings, three a side;
+* each ``base`` × ``delayMS`` pair (and 100 draws of three recordings a side): the step's
   change, whether it is detected, whether the first part named is the cause, the change
   attributed to the cause (waiting for rank 1 plus the injected span's item) and its error
   against the injected delay; the same for ``cap`` (the cause: communication, waiting and
@@ -51,6 +51,8 @@ from ddpprof.diff.noise import RunNoise, fit_run_noise  # noqa: E402
 from ddpprof.diff.profile import RunProfile, run_profile  # noqa: E402
 from ddpprof.manifest import read_manifest  # noqa: E402
 
+#: Random draws of three recordings a side.
+DRAWS = 100
 BASE = ["--variant", "bucket_ddp_async", "--model", "mlp-small", "--nproc", "2",
         "--global-batch", "256", "--steps", "10", "--wait", "1", "--warmup", "2",
         "--active", "6", "--backend", "gloo"]
@@ -75,7 +77,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     """Every recording, interleaved: tune, base, delay..., cap, tune, base, ..."""
     sets = {"tune": (args.tune, ["--bucket-cap-mib", "25"]),
             "base": (args.report, ["--bucket-cap-mib", "25"]),
-            **{f"delay{ms:g}": (args.changed, ["--bucket-cap-mib", "25", "--rank-delay",
+            **{f"delay{ms:g}": (args.changed, ["--bucket-cap-mib", "25", "--inject-delay",
                                                 f"1:{ms:g}"]) for ms in args.delay_ms},
             "cap": (args.changed, ["--bucket-cap-mib", "1"])}
     rounds = max(count for count, _ in sets.values())
@@ -122,11 +124,11 @@ def known_change(base: list[RunProfile], changed: list[RunProfile], kind: str,
                  delay_ms: float | None, noise: RunNoise, level: float,
                  rng: random.Random) -> None:
     """Detection, the cause named first and the attribution's error, one recording a side
-    (every pair) and three a side (40 random draws)."""
+    (every pair) and three a side (``DRAWS`` random draws)."""
     for label, pairs in (
             ("one a side", [([a], [b]) for a, b in itertools.product(base, changed)]),
             ("three a side", [(rng.sample(base, 3), rng.sample(changed, 3))
-                              for _ in range(40)])):
+                              for _ in range(DRAWS)])):
         diffs = [diff_pair(a, b, level, noise) for a, b in pairs]
         for diff in diffs:
             total = sum(p.delta_ms for p in diff.parts)
@@ -181,11 +183,11 @@ def main() -> int:
     rng = random.Random(0)
     base = profiles["base"]
     triples = []
-    for _ in range(40):
+    for _ in range(DRAWS):
         chosen = rng.sample(base, 6)
         triples.append(diff_pair(chosen[:3], chosen[3:], level, noise).verdict
                        == "significant change")
-    print(f"false positives, base, three recordings a side (40 random disjoint splits): "
+    print(f"false positives, base, three recordings a side ({DRAWS} random disjoint splits): "
           f"{rate(triples)}")
     for kind in [f"delay{ms:g}" for ms in args.delay_ms] + ["cap"]:
         delay = float(kind.removeprefix("delay")) if kind.startswith("delay") else None

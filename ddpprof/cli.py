@@ -146,6 +146,7 @@ def critical_path(**kwargs: Any) -> None:
 @click.option("--significance", default=0.95, show_default=True, type=o.LEVEL,
               help="Level of the intervals, simultaneous over the parts.")
 @click.option("--keep-last-step", is_flag=True, help="Analyze the last ProfilerStep too.")
+@o.run_noise_option()
 @o.outputs("the parts, the moved items and the noise of every pair", html="diff-<A>-<B>",
            progress=True)
 def diff(**kwargs: Any) -> None:
@@ -173,6 +174,7 @@ def diff(**kwargs: Any) -> None:
               help="median: the repeats of each variant and configuration become their median.")
 @click.option("--significance", type=o.LEVEL,
               help="Fail only when a rule is broken beyond the noise at this level (0.95).")
+@o.run_noise_option()
 @o.outputs("the verdicts")
 def gate(**kwargs: Any) -> None:
     """Fail (exit 1) when a metric of CURRENT breaks a rule against the baseline.

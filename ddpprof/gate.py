@@ -43,6 +43,7 @@ from .manifest import validation_problem
 from .report.table import Column
 
 if TYPE_CHECKING:
+    from .diff.noise import RunNoise
     from .diff.profile import RunProfile
 
 DEFAULT_RULE = "overlap_pct >= baseline - 2"
@@ -401,11 +402,14 @@ def match_runs(current: list[GateRun], baseline: list[GateRun]
 
 
 def evaluate(rules: list[Rule], current: list[GateRun], baseline: list[GateRun],
-             tolerance: float = 0.0, significance: float | None = None) -> list[Verdict]:
+             tolerance: float = 0.0, significance: float | None = None,
+             noise: RunNoise | None = None) -> list[Verdict]:
     """Every rule on every matched pair. A metric that is n/a (null) on both sides is n/a; one
     that is n/a now but was a number in the baseline FAILs (it vanished); a rule that needs
     the baseline's value where the baseline has none is an error. With ``significance``, a
-    broken rule FAILs only beyond the noise (``gate_noise``)."""
+    broken rule FAILs only beyond the noise (``gate_noise``; ``noise``: the prior of
+    ``ddpprof diff`` for ``step_ms``, its default when None)."""
+    from .diff.noise import DEFAULT_NOISE
     from .gate_noise import margin_of
 
     pairs = match_runs(current, baseline)
@@ -427,13 +431,13 @@ def evaluate(rules: list[Rule], current: list[GateRun], baseline: list[GateRun],
                 raise UsageError(f"run {now.name!r}: {rule.metric} is n/a in the baseline "
                                  f"results only, so '{rule.text}' has no threshold")
             threshold = rule.threshold(reference)
-            margin, noise = (None, None) if significance is None else margin_of(
-                rule, now, before, significance)
+            margin, source = (None, None) if significance is None else margin_of(
+                rule, now, before, significance, noise or DEFAULT_NOISE)
             verdict = "pass" if rule.holds(value, threshold, tolerance) else (
                 "within noise" if margin and rule.holds(value, threshold, tolerance + margin)
                 else "FAIL")
             verdicts.append(Verdict(rule.text, now.name, reference, value, threshold, verdict,
-                                    margin=margin, noise=noise, **counts))
+                                    margin=margin, noise=source, **counts))
     return verdicts
 
 

@@ -18,19 +18,19 @@ from __future__ import annotations
 
 import math
 
-from .diff.noise import DEFAULT_NOISE, Difference, Side, difference, one_sided_margin, side
+from .diff.noise import Difference, RunNoise, Side, difference, one_sided_margin, side
 from .gate import GateRun, Rule
 
 #: The variance of a median of normal samples against that of their mean.
 MEDIAN_EFFICIENCY = math.pi / 2
 
 
-def run_side(run: GateRun, metric: str, side_name: str) -> Side | None:
+def run_side(run: GateRun, metric: str, side_name: str, noise: RunNoise) -> Side | None:
     """``run``'s value of ``metric`` as a side of a comparison (see the module's docstring);
     None when its recordings give no number."""
     if metric == "step_ms" and (profiles := run.profiles()):
         return side([p.step_ms for p in profiles], [p.step_series_ms for p in profiles],
-                    [p.step_ms for p in profiles], DEFAULT_NOISE)
+                    [p.step_ms for p in profiles], noise)
     values = [v for v in run.values(metric, side_name) if v is not None]
     return side(values) if values else None
 
@@ -42,18 +42,19 @@ def _source(found: Difference, current: GateRun, baseline: GateRun) -> str:
     return f"{found.source} ({counts[0]} now, {counts[1]} in the baseline)"
 
 
-def margin_of(rule: Rule, current: GateRun, baseline: GateRun, significance: float
-              ) -> tuple[float | None, str]:
+def margin_of(rule: Rule, current: GateRun, baseline: GateRun, significance: float,
+              noise: RunNoise) -> tuple[float | None, str]:
     """The slack the noise allows the check of ``rule`` on this pair at ``significance``, and
     where the noise came from (no slack: ``none ...``)."""
-    now = run_side(current, rule.metric, "current")
+    now = run_side(current, rule.metric, "current", noise)
     if now is None:
         return None, "none (no value)"
-    before = run_side(baseline, rule.metric, "baseline") if rule.needs_baseline else None
+    before = run_side(baseline, rule.metric, "baseline", noise) if rule.needs_baseline \
+        else None
     if before is None:       # an absolute threshold: only the current run's noise
         before = Side(0.0, 1, None, 0.0)
     merged = any(r.repeats is not None and r.repeats >= 2 for r in (current, baseline))
-    found = difference(before, now, DEFAULT_NOISE.prior_runs, slope=rule.slope,
+    found = difference(before, now, noise.prior_runs, slope=rule.slope,
                        efficiency=MEDIAN_EFFICIENCY if merged else 1.0)
     if found is None:
         return None, "none (no repeats)"

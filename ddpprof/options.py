@@ -122,7 +122,7 @@ class Endpoint(click.ParamType):
         return str(value)
 
 
-class RankDelay(click.ParamType):
+class InjectDelay(click.ParamType):
     """``RANK:MS``: a rank and a delay in milliseconds (finite, at least 0), kept as text."""
 
     name = "rank:ms"
@@ -197,7 +197,7 @@ WORLD_SIZE = click.IntRange(min=1, max=1 << 20)
 LEVEL = FiniteFloat(min=0, max=1, min_open=True, max_open=True)
 RUN_NAME = RunName()
 ENDPOINT = Endpoint()
-RANK_DELAY = RankDelay()
+INJECT_DELAY = InjectDelay()
 OUTPUT = click.Path(path_type=Path, allow_dash=True)
 FOLDER = click.Path(path_type=Path)
 
@@ -309,6 +309,15 @@ def outputs(json: str, table: bool = True, html: str | None = None,
         return with_outputs  # type: ignore[return-value]
 
     return decorate
+
+
+def run_noise_option() -> Callable[[F], F]:
+    """``--run-noise PCT``: the prior of ``ddpprof.diff.noise`` for another machine."""
+    return click.option("--run-noise", "run_noise_pct", type=NON_NEGATIVE_FLOAT,
+                        metavar="PCT",
+                        help="Run-to-run noise of a recording's mean, % of each part, for "
+                             "this machine [default: 26.2, measured on a shared 2-core CPU "
+                             "machine; see docs/diff.md#noise].")
 
 
 def world_size_option(help: str) -> Callable[[F], F]:

@@ -90,7 +90,7 @@ def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSour
     """Run ``steps`` optimizer steps; return each step's local loss (a detached tensor, so the
     loop never waits on the device for it). ``sync_clock`` brackets each step's
     ``finish_gradient_sync``: for the blocking variants, that is the communication time.
-    ``delay_rank`` sleeps ``delay_ms`` at the start of every step (``--rank-delay``)."""
+    ``delay_rank`` sleeps ``delay_ms`` at the start of every step (``--inject-delay``)."""
     micro_batch = global_batch // grad_accum
     fail_rank, fail_step = _planned_failure()
     delay_s = delay_ms / 1e3 if rank == delay_rank else 0.0
@@ -147,8 +147,8 @@ def bucket_records(model: DataParallel) -> list[BucketRecord] | None:
     return records
 
 
-def _rank_delay(spec: str | None) -> dict[str, int | float]:
-    """``RANK:MS`` (``RunConfig.rank_delay``) as ``train``'s arguments."""
+def _inject_delay(spec: str | None) -> dict[str, int | float]:
+    """``RANK:MS`` (``RunConfig.inject_delay``) as ``train``'s arguments."""
     if not spec:
         return {}
     rank, ms = spec.split(":")
@@ -244,7 +244,7 @@ def run(config: RunConfig, folder: RunFolder) -> None:
                        global_batch=config.global_batch, grad_accum=grad_accum, rank=rank,
                        world_size=world_size, device=device, clock=clock,
                        sync_clock=sync_clock, on_step_end=on_step_end,
-                       **_rank_delay(config.rank_delay))
+                       **_inject_delay(config.inject_delay))
 
     # Everything below runs after profiling, so averaging the loss cannot show up in a trace.
     memory_per_rank = gather_figures(memory.figures(rank, peaks), distributed)

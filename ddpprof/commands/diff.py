@@ -33,7 +33,7 @@ class DiffDocument(msgspec.Struct, kw_only=True):
 
 
 def diff(before: str, after: str, significance: float, keep_last_step: bool,
-         outputs: Outputs) -> Output:
+         run_noise_pct: float | None, outputs: Outputs) -> Output:
     page_name = f"diff-{name(location_of(before))}-{name(location_of(after))}"
     inputs = [Path(p) for p in (before, after) if not isinstance(location_of(p), str)]
     outputs.check(page_name, files=inputs, what="an input of the diff")
@@ -59,10 +59,11 @@ def diff(before: str, after: str, significance: float, keep_last_step: bool,
             return before, after
         return f"{before}: {a[0].run}", f"{after}: {b[0].run}"
 
-    pairs = [diff_pair(a, b, significance, DEFAULT_NOISE, names(a, b)) for a, b in paired]
+    noise = DEFAULT_NOISE.scaled(run_noise_pct)
+    pairs = [diff_pair(a, b, significance, noise, names(a, b)) for a, b in paired]
     notes = list(dict.fromkeys(notes))
     document = DiffDocument(before=before, after=after, significance=significance,
-                            noise=DEFAULT_NOISE, pairs=pairs, notes=notes)
+                            noise=noise, pairs=pairs, notes=notes)
     from ..report import diff as report
 
     intro = [line for p in pairs for line in report.summary_lines(p, significance)]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import gate as gating
+from ..diff.noise import DEFAULT_NOISE, RunNoise
 from ..report.output import Output, Outputs, Section
 from ..report.table import Table, format_cell
 
@@ -40,7 +41,7 @@ class GateDocument:
 
 
 def explain(verdicts: list[gating.Verdict], pairs: list[tuple[gating.GateRun, gating.GateRun]],
-            significance: float) -> list[Explanation]:
+            significance: float, noise: RunNoise) -> list[Explanation]:
     """For each run with a FAIL, its failed checks and the diff's top contributors (when both
     documents carry profiles)."""
     from ..diff.compare import diff_pair
@@ -54,28 +55,29 @@ def explain(verdicts: list[gating.Verdict], pairs: list[tuple[gating.GateRun, ga
         lines = [f"{v.rule.split()[0]} {format_cell(v.baseline)} → {format_cell(v.current)} "
                  f"(rule {v.rule})" for v in failed]
         a, b = before.profiles(), now.profiles()
-        moved = contributors(diff_pair(a, b, significance)) if a and b else [
+        moved = contributors(diff_pair(a, b, significance, noise)) if a and b else [
             "no profile to diff (an analyze --json file older than version 3)"]
         found.append(Explanation(now.name, lines, moved))
     return found
 
 
 def gate(current: Path, baseline: Path, rules: list[str], tolerance: float, aggregate: str,
-         significance: float | None, outputs: Outputs) -> Output:
+         significance: float | None, run_noise_pct: float | None, outputs: Outputs) -> Output:
     outputs.check("gate", files=[current, baseline], what="an input of the gate")
     parsed = [gating.parse_rule(text) for text in rules or (gating.DEFAULT_RULE,)]
     now = gating.load_runs(current)
     before = gating.load_runs(baseline, must_be_json=True)
     if aggregate == "median":
         now, before = gating.aggregate(now), gating.aggregate(before)
-    verdicts = gating.evaluate(parsed, now, before, tolerance, significance)
+    noise = DEFAULT_NOISE.scaled(run_noise_pct)
+    verdicts = gating.evaluate(parsed, now, before, tolerance, significance, noise)
     failed = [v for v in verdicts if v.verdict == "FAIL"]
     summary = (f"{len(failed)} of {len(verdicts)} checks failed" if failed
                else f"all {len(verdicts)} checks passed")
     columns = gating.COLUMNS + (gating.REPEAT_COLUMNS if aggregate == "median" else []) + (
         gating.NOISE_COLUMNS if significance is not None else [])
-    explanations = explain(verdicts, gating.match_runs(now, before), significance or 0.95) \
-        if failed else []
+    explanations = explain(verdicts, gating.match_runs(now, before), significance or 0.95,
+                           noise) if failed else []
     sections = [Section(f"Why {e.run} failed: {'; '.join(e.failed)}",
                         [f"{k}. {text}" for k, text in enumerate(e.contributors, 1)])
                 for e in explanations]

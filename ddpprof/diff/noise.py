@@ -49,6 +49,16 @@ class RunNoise:
         floor = self.waiting_of_step if waiting else self.of_step
         return (self.relative * value_ms) ** 2 + (floor * step_ms) ** 2
 
+    def scaled(self, relative_pct: float | None) -> RunNoise:
+        """This prior with its relative noise set to ``relative_pct`` % (``--run-noise``), its
+        floors scaled alike; itself for None."""
+        if relative_pct is None:
+            return self
+        factor = relative_pct / 100 / self.relative if self.relative else 0.0
+        return RunNoise(relative_pct / 100, self.of_step * factor,
+                        self.waiting_of_step * factor, self.prior_runs,
+                        f"--run-noise {relative_pct:g}, floors scaled from the default prior")
+
 
 #: Fitted by ``benchmarks/diff_accuracy.py`` on its ten tuning recordings, never on the pairs
 #: whose false-positive rate ``docs/benchmarks.md`` reports: ``bucket_ddp_async`` on

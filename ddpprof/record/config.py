@@ -73,10 +73,10 @@ class RunConfig:
         "AdamW's learning rate.", options.NON_NEGATIVE_FLOAT))
     seed: int = field(default=0, metadata=cli(
         "Seed of the data and of the initial weights.", options.SEED))
-    rank_delay: str | None = field(default=None, metadata=cli(
+    inject_delay: str | None = field(default=None, metadata=cli(
         "RANK:MS: that rank sleeps MS ms at the start of every step, in a traced span "
         "(ddpprof::injected_delay): a known straggler, to test attribution.",
-        options.RANK_DELAY))
+        options.INJECT_DELAY))
     timeout_s: float = field(default=300.0, metadata=cli(
         "Seconds before a rank stuck in a collective fails, and before a rendezvous that has "
         "not started the ranks fails.", options.TIMEOUT_S))

@@ -397,7 +397,7 @@ def manifest_config(config: RunConfig) -> ManifestConfig:
         bucket_cap_mb=config.bucket_cap_mb,
         gradient_as_bucket_view=config.gradient_as_bucket_view, steps=config.steps,
         seed=config.seed, lr=config.lr, timeout_s=config.timeout_s,
-        rank_delay=config.rank_delay,
+        inject_delay=config.inject_delay,
         data=str(config.data) if config.data else "synthetic",
         profiler=ProfilerSchedule(wait=config.wait, warmup=config.warmup,
                                   active=config.active, profile_memory=True)
