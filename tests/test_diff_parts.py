@@ -3,6 +3,8 @@ run profiles built on it: worked out by hand on synthetic traces, and fuzzed."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 import numpy as np
 import pytest
@@ -200,3 +202,31 @@ def test_buckets_are_profiled(tmp_path):
     # launched 5 and 105 µs after the first gradient was ready (at 200)
     assert [(b.index, b.size_bytes, round(b.launch_in_backward_ms, 6)) for b in buckets] == [
         (0, 4000, 0.005), (1, 4000, 0.105)]
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REAL = sorted({p.parent for p in FIXTURES.rglob("*.json*")
+               if p.name.endswith(".json.gz") or p.name.startswith(("rank", "worker"))})
+
+
+@pytest.mark.parametrize("folder", REAL, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_real_traces_are_cut_into_parts_that_add_up(folder):
+    """On every real trace (GPU and CPU, with and without ProfilerSteps): each rank's parts
+    add up to its analyzed window step by step, its compute parts to the breakdown's compute,
+    and the run's parts to its step."""
+    analysis = analyze_paths([folder])
+    assert analysis.runs, analysis.errors
+    for run in analysis.runs:
+        for rank in run.ranks:
+            parts = rank.parts
+            assert np.allclose(parts.part_us.sum(axis=0), parts.step_us)
+            assert parts.step_us.sum() == pytest.approx(rank.breakdown.window_us)
+            compute = sum(parts.part_us[k].sum() for k, key in enumerate(parts.parts)
+                          if key.group in ("compute", "data loading"))
+            if rank.kind == "gpu":   # the device's compute; data loading is host time
+                compute = sum(parts.part_us[k].sum() for k, key in enumerate(parts.parts)
+                              if key.group == "compute")
+            assert compute == pytest.approx(rank.breakdown.compute_us, rel=1e-9, abs=1e-6)
+            assert (parts.part_us >= -1e-6).all()
+        profile = run_profile(run)
+        assert sum(profile.part_ms) == pytest.approx(profile.step_ms)

@@ -243,6 +243,8 @@ class _DeviceAnalysis:
         """For every event, the position in ``analyzed`` of the step its launching host event
         started in (device events are matched to host events by correlation id), else -1."""
         steps = self.analyzed
+        if not steps.size:
+            return np.full(self.start.size, -1)
         launch = self._launch_times()
         step_start, step_end = self.start[steps], self.end[steps]
         position = np.searchsorted(step_start, launch, side="right") - 1
