@@ -227,3 +227,31 @@ def test_step_is_the_first_row_and_named(tmp_path):
     diff = diff_pair(profiles(before), profiles(before), noise=QUIET)
     assert diff.step.part == STEP and diff.step.delta_ms == 0
     assert msgspec.to_builtins(diff)["verdict"] == "no significant change"
+
+
+@pytest.mark.slow
+def test_an_injected_straggler_is_recorded_and_found(tmp_path, ddpprof_cli):
+    """Two real recordings, one with rank 1 sleeping 30 ms every step: the diff lists the
+    configuration's change, and finds the injected span on rank 1 and the wait for it on
+    rank 0."""
+    from conftest import SCHEDULE
+
+    common = ["--variant", "bucket_ddp_async", "--model", "mlp-tiny", "--nproc", "2",
+              "--global-batch", "64", *SCHEDULE, "--out", str(tmp_path), "--quiet"]
+    for name, extra in (("plain", []), ("late", ["--inject-delay", "1:30"])):
+        result = ddpprof_cli("record", *common, "--name", name, *extra, timeout=600)
+        assert result.returncode == 0, result.stderr
+    late = json.loads((tmp_path / "late" / "run.json").read_text())
+    assert late["config"]["inject_delay"] == "1:30"
+    result = ddpprof_cli("diff", str(tmp_path / "plain"), str(tmp_path / "late"),
+                         "--json", "-")
+    assert result.returncode == 0, result.stderr
+    [found] = json.loads(result.stdout)["pairs"]
+    assert {"field": "inject_delay", "before": "-", "after": "1:30"} in found["config_changes"]
+    parts = {p["label"]: p for p in found["parts"]}
+    [span] = [i for i in found["items"] if i["name"] == "ddpprof::injected_delay"]
+    # 30 ms on rank 1 each step: 15 ms in the mean over the two ranks (the sleep lasts at
+    # least that long)
+    assert span["after_ms"] >= 15 and parts[span["part"]]["rank"] == 1
+    assert parts["waiting for rank 1"]["delta_ms"] > 5
+    assert parts["waiting for rank 1"]["rank"] == 0
