@@ -150,13 +150,9 @@ def critical_path(**kwargs: Any) -> None:
 @o.outputs("the parts, the moved items and the noise of every pair", html="diff-<A>-<B>",
            progress=True)
 def diff(**kwargs: Any) -> None:
-    """Why B's step is longer or shorter than A's: the change split into parts that add up
-    to it (compute by category, exposed communication by kind, waiting for a rank, host,
-    data loading, idle), each against the run-to-run noise, with what moved inside them.
-
-    A and B are what `ddpprof analyze` takes, or its --json files; repeats of a
-    configuration on one side give the noise. See docs/diff.md.
-    """
+    """Why B's step differs from A's: the change split into parts that add up to it, each
+    against the run-to-run noise, and what moved inside them. A and B are what `ddpprof
+    analyze` takes, or its --json files (docs/diff.md)."""
     run("diff", **kwargs)
 
 

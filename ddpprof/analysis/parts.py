@@ -29,6 +29,7 @@ runs then (work of the same rank shared equally where several run at once):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,7 +151,7 @@ class _Pieces:
 
 def _share(trace: RankTrace, windows: tuple[np.ndarray, np.ndarray], pieces: list[_Pieces],
            parts: _Parts, call_part: np.ndarray, step_names: list[str],
-           shape_table: list[str] = ("",)) -> RankParts:
+           shape_table: Sequence[str] = ("",)) -> RankParts:
     """Partition the windows among the pieces, and add the shares up by part and step and by
     named item (part, name, shape)."""
     def column(get, fill: int) -> np.ndarray:

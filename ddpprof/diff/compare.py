@@ -119,7 +119,7 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return statistics.fmean(known) if known else None
 
 
-def _part_values(profiles: Sequence[RunProfile], key: PartKey
+def part_values(profiles: Sequence[RunProfile], key: PartKey
                  ) -> tuple[list[float], list[list[float]], list[float]]:
     """Per recording: the part's mean, its per-step series and the mean step (0 where the
     recording has no such part)."""
@@ -178,14 +178,14 @@ def diff_pair(before: Sequence[RunProfile], after: Sequence[RunProfile],
     what to call the sides."""
     keys = list(dict.fromkeys(k for p in [*before, *after] for k in p.parts))
     present = [k for k in keys if any(
-        abs(_part_values(side, k)[0][i]) > 0 for side in (before, after)
+        abs(part_values(side, k)[0][i]) > 0 for side in (before, after)
         for i in range(len(side)))]
     alpha = (1 - significance) / (1 + len(present))    # Bonferroni over step and parts
 
     def delta(key: PartKey, label: str) -> Delta:
         waiting = key.group == "waiting"
-        a = side(*_part_values(before, key), noise, waiting)
-        b = side(*_part_values(after, key), noise, waiting)
+        a = side(*part_values(before, key), noise, waiting)
+        b = side(*part_values(after, key), noise, waiting)
         found = difference(a, b, noise.prior_runs)
         assert found is not None        # a profile always has its prior
         span = interval(found, alpha)

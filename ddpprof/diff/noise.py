@@ -237,13 +237,13 @@ def fit_run_noise(profiles: Sequence[RunProfile], measured: str,
       waiting that take at least ``large_pct`` % of the step;
     * ``of_step``: over the mean step, for the smaller parts;
     * ``waiting_of_step``: over the mean step, for waiting for a rank."""
-    from .compare import STEP, _part_values
+    from .compare import STEP, part_values
 
     keys = [STEP, *dict.fromkeys(k for p in profiles for k in p.parts)]
     step = statistics.fmean(p.step_ms for p in profiles)
     relative, floor, waiting = [], [], []
     for key in keys:
-        means, series, _ = _part_values(profiles, key)
+        means, series, _ = part_values(profiles, key)
         within = statistics.fmean(within_variance(s) for s in series)
         excess = math.sqrt(max(statistics.variance(means) - within, 0.0))
         mean = statistics.fmean(means)
