@@ -47,9 +47,13 @@ def diff(before: str, after: str, significance: float, keep_last_step: bool,
             raise UsageError(analysis.errors[0].error)
         if not analysis.runs:
             raise UsageError(f"{locations[0]}: no run finished recording")
-        outputs.check(page_name, files=[Path(r.path) for run in analysis.runs
-                                        for r in run.ranks], what="a trace being analyzed")
+        outputs.check(page_name, files=[*(Path(r.path) for run in analysis.runs
+                                          for r in run.ranks),
+                                        *(Path(run.folder) / "run.json" for run in analysis.runs)],
+                      what="a trace being analyzed")
         notes.extend(f"{run.name}: {note}" for run in analysis.runs for note in run.notes)
+        notes.extend(f"{problem.run}: left out, {problem.error}" for problem in
+                     analysis.unfinished)
         return [p for p in map(run_profile, analysis.runs) if p is not None]
 
     paired = pair(load_side(before, analyze), load_side(after, analyze))
@@ -76,4 +80,4 @@ def diff(before: str, after: str, significance: float, keep_last_step: bool,
                                   notes)
 
     return Output(document, report.tables(pairs), intro=intro, summary=summary, notes=notes,
-                  page=page, page_name=page_name, title="ddpprof diff", ran=True)
+                  page=page, page_name=page_name, title="ddpprof diff")
