@@ -105,6 +105,19 @@ def critical_path(**kwargs: Any) -> None:
     run("critical_path", **kwargs)
 
 
+@cli.command(epilog=exits(""))
+@click.argument("before", metavar="A")
+@click.argument("after", metavar="B")
+@o.diff_options()
+@o.outputs("the parts, the moved items and the noise of every pair", html="diff-<A>-<B>",
+           progress=True)
+def diff(**kwargs: Any) -> None:
+    """Why B's step differs from A's: the change split into parts that add up to it, each
+    against the run-to-run noise, and what moved inside them. A and B are what `ddpprof
+    analyze` takes, or its --json files (docs/diff.md)."""
+    run("diff", **kwargs)
+
+
 @cli.command(epilog=exits("a rule is broken (a regression)"))
 @click.argument("current", type=o.FOLDER)
 @o.gate_options()

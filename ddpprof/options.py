@@ -126,6 +126,24 @@ class Endpoint(click.ParamType):
         return str(value)
 
 
+class InjectDelay(click.ParamType):
+    """``RANK:MS``: a rank and a delay in milliseconds (finite, at least 0), kept as text."""
+
+    name = "rank:ms"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        rank, _, ms = str(value).partition(":")
+        try:
+            delay = float(ms)
+        except ValueError:
+            delay = -1.0
+        if not rank.strip().isdigit() or not math.isfinite(delay) or delay < 0:
+            self.fail(f"{value!r} is not RANK:MS (a rank and a delay in ms, e.g. 1:20)",
+                      param, ctx)
+        return f"{int(rank)}:{delay:g}"
+
+
 class ByteSize(click.ParamType):
     """A size in bytes, as nccl-tests writes them: ``4096``, ``4K``, ``256M``, ``1G`` (binary:
     K = 1024 bytes), at least ``min`` bytes."""
@@ -179,8 +197,11 @@ NON_NEGATIVE_FLOAT = FiniteFloat(min=0)
 TIMEOUT_S = FiniteFloat(min=0, max=7 * 24 * 3600, min_open=True)
 #: A world size beyond any real cluster is bad input, not a question.
 WORLD_SIZE = click.IntRange(min=1, max=1 << 20)
+#: A confidence level (``--significance``), strictly between 0 and 1.
+LEVEL = FiniteFloat(min=0, max=1, min_open=True, max_open=True)
 RUN_NAME = RunName()
 ENDPOINT = Endpoint()
+INJECT_DELAY = InjectDelay()
 OUTPUT = click.Path(path_type=Path, allow_dash=True)
 FOLDER = click.Path(path_type=Path)
 
@@ -309,6 +330,15 @@ def keep_last_step_option() -> Callable[[F], F]:
                         help="Analyze the last ProfilerStep too (HTA drops it by default).")
 
 
+def run_noise_option() -> Callable[[F], F]:
+    """``--run-noise PCT``: the prior of ``ddpprof.diff.noise`` for another machine."""
+    return click.option("--run-noise", "run_noise_pct", type=NON_NEGATIVE_FLOAT,
+                        metavar="PCT",
+                        help="Run-to-run noise of a recording's mean, % of each part, for "
+                             "this machine [default: 26.2, measured on a shared 2-core CPU "
+                             "machine; see docs/diff.md#noise].")
+
+
 def world_size_option(help: str) -> Callable[[F], F]:
     return list_option("--world-size", "world_sizes", item=WORLD_SIZE, sort=True, metavar="N",
                        help=help)
@@ -434,7 +464,20 @@ def gate_options() -> Callable[[F], F]:
                      help="Slack, in each metric's units, before a rule counts as broken."),
         click.option("--aggregate", type=click.Choice(["none", "median"]), default="none",
                      show_default=True, help="median: the repeats of each variant and "
-                                             "configuration become their median."))
+                                             "configuration become their median."),
+        click.option("--significance", type=LEVEL,
+                     help="Fail only when a rule is broken beyond the noise at this level "
+                          "(0.95)."),
+        run_noise_option())
+
+
+def diff_options() -> Callable[[F], F]:
+    """``diff``'s level, analyzed window and noise prior."""
+    return _stack(
+        click.option("--significance", default=0.95, show_default=True, type=LEVEL,
+                     help="Level of the intervals, simultaneous over the parts."),
+        keep_last_step_option(),
+        run_noise_option())
 
 
 def bench_options() -> Callable[[F], F]:

@@ -86,16 +86,18 @@ class StepClock:
 def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSource, *,
           steps: int, global_batch: int, grad_accum: int, rank: int,
           device: torch.device, clock: StepClock | None = None,
-          sync_clock: StepClock | None = None,
+          sync_clock: StepClock | None = None, delay_rank: int = -1, delay_ms: float = 0.0,
           on_step_end=lambda step: None) -> list[torch.Tensor]:
     """Run ``steps`` optimizer steps; return each step's local loss (a detached tensor, so the
     loop never waits on the device for it). Each rank trains on the shard of every global batch
     that the variant gives it (``model.data_shard()``: ranks of one tensor-parallel group share
     one). ``sync_clock`` brackets each step's ``finish_gradient_sync``: for the blocking
-    variants, that is the communication time."""
+    variants, that is the communication time. ``delay_rank`` sleeps ``delay_ms`` at the start
+    of every step (``--inject-delay``)."""
     micro_batch = global_batch // grad_accum
     shard_index, shard_count = model.data_shard()
     fail_rank, fail_step = _planned_failure()
+    delay_s = delay_ms / 1e3 if rank == delay_rank else 0.0
     losses = []
     for step in range(steps):
         # The step's own work only: what ``on_step_end`` does (the profiler exporting a trace,
@@ -104,6 +106,9 @@ def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSour
             clock.start()
         if (rank, step) == (fail_rank, fail_step):
             raise RuntimeError(f"injected failure at step {step} ({FAIL_AT_ENV})")
+        if delay_s:
+            with torch.profiler.record_function("ddpprof::injected_delay"):
+                time.sleep(delay_s)
         step_loss = torch.zeros((), device=device)
         for micro in range(grad_accum):
             batch = shard(data.global_batch(step * grad_accum + micro, micro_batch),
@@ -145,6 +150,14 @@ def bucket_records(model: DataParallel) -> list[BucketRecord] | None:
             bytes=sum(sizes),
             param_dtypes=[str(p.dtype).removeprefix("torch.") for p in params]))
     return records
+
+
+def _inject_delay(spec: str | None) -> dict[str, int | float]:
+    """``RANK:MS`` (``RunConfig.inject_delay``) as ``train``'s arguments."""
+    if not spec:
+        return {}
+    rank, ms = spec.split(":")
+    return {"delay_rank": int(rank), "delay_ms": float(ms)}
 
 
 def _planned_failure() -> tuple[int, int]:
@@ -235,7 +248,8 @@ def run(config: RunConfig, folder: RunFolder) -> None:
         losses = train(model, optimizer, data, steps=config.steps,
                        global_batch=config.global_batch, grad_accum=grad_accum, rank=rank,
                        device=device, clock=clock,
-                       sync_clock=sync_clock, on_step_end=on_step_end)
+                       sync_clock=sync_clock, on_step_end=on_step_end,
+                       **_inject_delay(config.inject_delay))
 
     # Everything below runs after profiling, so averaging the loss cannot show up in a trace.
     memory_per_rank = gather_figures(memory.figures(rank, peaks), distributed)

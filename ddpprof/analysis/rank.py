@@ -25,6 +25,7 @@ from ..trace.classify import Kind
 from ..trace.events import CommArgs, RankTrace
 from .buckets import BucketTimeline, bucket_timeline
 from .options import AnalysisOptions, LastStep
+from .parts import device_parts, host_parts
 from .results import CommBar, HostSignals, RankResult, StepRow, Timeline
 
 #: Collectives that reduce gradients: what a bucket is launched as.
@@ -80,6 +81,7 @@ class _DeviceAnalysis:
         self.kinds = classify.kernel_kinds(trace, classifier)
         self.selected, self.host_kept = self._select()
         self.order = self._hta_row_order()
+        self._launch: np.ndarray | None = None
 
     def _hta_row_order(self) -> np.ndarray:
         """The selected events in HTA's row order: launched device events, then the other
@@ -156,7 +158,15 @@ class _DeviceAnalysis:
                 calls, compute), calls=calls, per_step=self._per_step(),
             timeline=self._timeline(compute) if self.options.timeline else None,
             buckets=self._buckets(), host=self._host_signals(sel, host_comm),
-            notes=self.notes)
+            notes=self.notes, parts=device_parts(
+                trace, self.stream, self.start, self.end, sel, self.kinds,
+                self._launch_times(), self._launch_positions(),
+                max(int(self.analyzed.size), 1),
+                self._step_names(), calls))
+
+    def _step_names(self) -> list[str]:
+        trace = self.trace
+        return [trace.names[trace.name_id[i]] for i in self.analyzed] or ["whole trace"]
 
     def _host_signals(self, sel: np.ndarray, host_comm: iv.Intervals) -> HostSignals:
         """Device idle time during which host ops or launch calls ran (the CPU could not keep
@@ -219,21 +229,18 @@ class _DeviceAnalysis:
                 f"compute, as HTA does ({', '.join(libraries)}; e.g. {sample[:60]!r}); add "
                 "--comm-kernel REGEX to count them as communication")
 
+    def _launch_times(self) -> np.ndarray:
+        if self._launch is None:
+            self._launch = launch_times(self.trace, self.stream, self.start)
+        return self._launch
+
     def _launch_positions(self) -> np.ndarray:
         """For every event, the position in ``analyzed`` of the step its launching host event
         started in (device events are matched to host events by correlation id), else -1."""
-        trace, steps = self.trace, self.analyzed
-        host = (self.stream < 0) & trace.has_correlation
-        launch = np.where(self.stream < 0, self.start, np.nan)
-        if host.any():
-            order = np.argsort(trace.correlation[host], kind="stable")
-            host_corr = trace.correlation[host][order]
-            host_start = self.start[host][order]
-            where = np.clip(np.searchsorted(host_corr, trace.correlation), 0, host_corr.size - 1)
-            matched = trace.has_correlation & (host_corr[where] == trace.correlation)
-            launch = np.where(matched & (self.stream >= 0), host_start[where], launch)
-        unmatched_device = (self.stream >= 0) & np.isnan(launch)
-        launch[unmatched_device] = self.start[unmatched_device]
+        steps = self.analyzed
+        if not steps.size:
+            return np.full(self.start.size, -1)
+        launch = self._launch_times()
         step_start, step_end = self.start[steps], self.end[steps]
         position = np.searchsorted(step_start, launch, side="right") - 1
         inside = (position >= 0) & (launch < step_end[np.clip(position, 0, None)])
@@ -299,6 +306,23 @@ class _DeviceAnalysis:
                       self.end)
 
 
+def launch_times(trace: RankTrace, stream: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """When each event was issued: a host event's own start; a device event's launching host
+    event's start (same correlation id), else its own start."""
+    host = (stream < 0) & trace.has_correlation
+    launch = np.where(stream < 0, start, np.nan)
+    if host.any():
+        order = np.argsort(trace.correlation[host], kind="stable")
+        host_corr = trace.correlation[host][order]
+        host_start = start[host][order]
+        where = np.clip(np.searchsorted(host_corr, trace.correlation), 0, host_corr.size - 1)
+        matched = trace.has_correlation & (host_corr[where] == trace.correlation)
+        launch = np.where(matched & (stream >= 0), host_start[where], launch)
+    unmatched_device = (stream >= 0) & np.isnan(launch)
+    launch[unmatched_device] = start[unmatched_device]
+    return launch
+
+
 class _HostAnalysis:
     def __init__(self, trace: RankTrace, stream: np.ndarray, last_step: LastStep,
                  analyzed: np.ndarray, options: AnalysisOptions) -> None:
@@ -340,7 +364,8 @@ class _HostAnalysis:
             overlap_by_kind=_overlap_by_kind(calls, iv.intersect(self.compute, window)),
             calls=calls, per_step=self._per_step(window),
             timeline=self._timeline(window) if self.options.timeline else None,
-            buckets=self._buckets(), host=HostSignals(_dataloader_us(trace, window), None))
+            buckets=self._buckets(), host=HostSignals(_dataloader_us(trace, window), None),
+            parts=host_parts(trace, self.lanes, window, self.analyzed, calls))
 
     def _per_step(self, window: iv.Intervals) -> list[StepRow]:
         if not self.options.per_step:

@@ -11,6 +11,7 @@ from ..metrics.comm import CollectiveCalls, CollectiveStats
 from ..metrics.waits import WaitSplit
 from .buckets import BucketTimeline
 from .options import LastStep
+from .parts import RankParts
 
 if TYPE_CHECKING:
     from ..graph.build import RankStep
@@ -77,6 +78,7 @@ class RankResult:
     replay: TraceModel | None = None
     #: This rank's share of the graph of each analyzed step (``AnalysisOptions.step_graphs``).
     graph_steps: list[RankStep] | None = None
+    parts: RankParts | None = None  # each step cut into parts (``ddpprof diff``)
 
 
 @dataclass

@@ -97,6 +97,10 @@ class RunConfig(Launch):
         "AdamW's learning rate.", options.NON_NEGATIVE_FLOAT))
     seed: int = field(default=0, metadata=cli(
         "Seed of the data and of the initial weights.", options.SEED))
+    inject_delay: str | None = field(default=None, metadata=cli(
+        "RANK:MS: that rank sleeps MS ms at the start of every step, in a traced span "
+        "(ddpprof::injected_delay): a known straggler, to test attribution.",
+        options.INJECT_DELAY))
     # bench times unprofiled runs; not an option of record
     profile: bool = True
 
