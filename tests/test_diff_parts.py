@@ -126,6 +126,29 @@ def test_cpu_step_by_hand(tmp_path):
         assert parts.step_us.sum() == pytest.approx(rank.breakdown.window_us)
 
 
+def test_work_inside_a_backend_collective_is_communication(tmp_path):
+    """gloo runs ops of its own (a copy) inside its collective's span on its worker thread:
+    they are communication, as the breakdown counts them, not compute. Each 100 µs step: mm
+    [0,40), c10d [40,42), wait [42,91) around gloo's all-reduce [43,90) on thread 9 with a
+    copy [60,70) inside it, add_ [91,96), nothing [96,100)."""
+    events = []
+    for s in range(3):
+        o = 100 * s
+        events += [step(s, o, o + 100), span("aten::mm", o, o + 40),
+                   span("c10d::allreduce_", o + 40, o + 42),
+                   span("ddpprof::wait", o + 42, o + 91, cat="user_annotation"),
+                   gloo_reduce(o + 43, o + 90), span("aten::copy_", o + 60, o + 70, tid=9),
+                   span("aten::add_", o + 91, o + 96)]
+    write_trace(tmp_path / "run" / "rank0.json", events, world_size=1)
+    [run] = analyze_paths([tmp_path / "run"]).runs
+    # host communication calls: [40,43) and [90,91); the copy is inside the all-reduce's 47
+    assert _parts(run) == {"compute: gemm": 0.04, "compute: elementwise": 0.005,
+                           "all_reduce": 0.047, "host: communication calls": 0.004,
+                           "idle: nothing traced": 0.004}
+    [rank] = run.ranks
+    assert rank.breakdown.compute_us == 2 * 45
+
+
 def test_gpu_step_by_hand(tmp_path):
     """GPU-bound: the host launches three kernels (at +1, +4, +7) and synchronises from +10
     until the device is done; the device runs a GEMM from +20 for 100 µs, an elementwise

@@ -306,7 +306,9 @@ def host_parts(trace: RankTrace, lanes: classify.HostLanes, window: iv.Intervals
     else:
         windows = (window[0][:1], window[1][-1:])
         step_names = ["whole trace"]
-    spans = np.flatnonzero((lanes.work | lanes.waits) & ~lanes.comm)
+    # The backends' collective spans are among the waits: the ops a backend runs inside one
+    # on its own thread (gloo's copies) are communication, as the breakdown counts them
+    spans = np.flatnonzero(lanes.work | lanes.waits)
     flags = (lanes.waits[spans] * WAIT_FLAG
              | classify.per_name(trace, classify.is_optimizer_span)[spans] * OPTIMIZER_FLAG
              | classify.per_name(trace, classify.is_dataloader_span)[spans] * LOADER_FLAG)
