@@ -191,13 +191,16 @@ def _share(trace: RankTrace, windows: tuple[np.ndarray, np.ndarray], pieces: lis
 
 def device_parts(trace: RankTrace, stream: np.ndarray, start: np.ndarray, end: np.ndarray,
                  selected: np.ndarray, kinds: np.ndarray, launch_us: np.ndarray,
-                 launch_position: np.ndarray, n_steps: int, step_names: list[str],
+                 launch_position: np.ndarray, analyzed: np.ndarray,
                  calls: CollectiveCalls) -> RankParts:
     """A GPU rank (see the module's docstring). ``selected``: the analyzed events;
-    ``launch_us``: when each was issued (``rank.launch_times``), ``launch_position``: the
-    analyzed step that issued it (-1: none); ``calls``: its collectives (kernels, and host
+    ``launch_us``: when each was issued (``trace.events.launch_times``), ``launch_position``:
+    the position in ``analyzed`` (the analyzed ProfilerStep events; none: the window is one
+    step) of the step that issued it (-1: none); ``calls``: its collectives (kernels, and host
     collectives that carry device data)."""
     Kind = classify.Kind
+    n_steps = max(int(analyzed.size), 1)
+    step_names = [trace.names[trace.name_id[i]] for i in analyzed] or ["whole trace"]
     lo = min(float(start[selected].min()), float(calls.start_us.min()) if calls.n else np.inf)
     hi = max(float(end[selected].max()), float(calls.end_us.max()) if calls.n else -np.inf)
     device = selected & (stream >= 0) & (launch_position >= 1)

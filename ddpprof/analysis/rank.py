@@ -7,6 +7,8 @@ does; CPU traces over host lanes (see ``ddpprof.metrics.breakdown``).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import TraceError
@@ -22,7 +24,7 @@ from ..metrics.breakdown import (
 from ..metrics.comm import CollectiveCalls, collective_stats, message_bytes
 from ..trace import classify
 from ..trace.classify import Kind
-from ..trace.events import CommArgs, RankTrace
+from ..trace.events import CommArgs, RankTrace, launch_times
 from .buckets import BucketTimeline, bucket_timeline
 from .options import AnalysisOptions, LastStep
 from .parts import device_parts, host_parts
@@ -81,7 +83,6 @@ class _DeviceAnalysis:
         self.kinds = classify.kernel_kinds(trace, classifier)
         self.selected, self.host_kept = self._select()
         self.order = self._hta_row_order()
-        self._launch: np.ndarray | None = None
 
     def _hta_row_order(self) -> np.ndarray:
         """The selected events in HTA's row order: launched device events, then the other
@@ -160,13 +161,7 @@ class _DeviceAnalysis:
             buckets=self._buckets(), host=self._host_signals(sel, host_comm),
             notes=self.notes, parts=device_parts(
                 trace, self.stream, self.start, self.end, sel, self.kinds,
-                self._launch_times(), self._launch_positions(),
-                max(int(self.analyzed.size), 1),
-                self._step_names(), calls))
-
-    def _step_names(self) -> list[str]:
-        trace = self.trace
-        return [trace.names[trace.name_id[i]] for i in self.analyzed] or ["whole trace"]
+                self._launch_times, self._launch_positions(), self.analyzed, calls))
 
     def _host_signals(self, sel: np.ndarray, host_comm: iv.Intervals) -> HostSignals:
         """Device idle time during which host ops or launch calls ran (the CPU could not keep
@@ -229,10 +224,9 @@ class _DeviceAnalysis:
                 f"compute, as HTA does ({', '.join(libraries)}; e.g. {sample[:60]!r}); add "
                 "--comm-kernel REGEX to count them as communication")
 
+    @functools.cached_property
     def _launch_times(self) -> np.ndarray:
-        if self._launch is None:
-            self._launch = launch_times(self.trace, self.stream, self.start)
-        return self._launch
+        return launch_times(self.trace, self.stream, self.start)
 
     def _launch_positions(self) -> np.ndarray:
         """For every event, the position in ``analyzed`` of the step its launching host event
@@ -240,7 +234,7 @@ class _DeviceAnalysis:
         steps = self.analyzed
         if not steps.size:
             return np.full(self.start.size, -1)
-        launch = self._launch_times()
+        launch = self._launch_times
         step_start, step_end = self.start[steps], self.end[steps]
         position = np.searchsorted(step_start, launch, side="right") - 1
         inside = (position >= 0) & (launch < step_end[np.clip(position, 0, None)])
@@ -304,23 +298,6 @@ class _DeviceAnalysis:
         step_compute = iv.intersect(compute, (np.array([origin]), np.array([finish])))
         return _lanes(trace, label, origin, finish, step_compute, comm_index, self.start,
                       self.end)
-
-
-def launch_times(trace: RankTrace, stream: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """When each event was issued: a host event's own start; a device event's launching host
-    event's start (same correlation id), else its own start."""
-    host = (stream < 0) & trace.has_correlation
-    launch = np.where(stream < 0, start, np.nan)
-    if host.any():
-        order = np.argsort(trace.correlation[host], kind="stable")
-        host_corr = trace.correlation[host][order]
-        host_start = start[host][order]
-        where = np.clip(np.searchsorted(host_corr, trace.correlation), 0, host_corr.size - 1)
-        matched = trace.has_correlation & (host_corr[where] == trace.correlation)
-        launch = np.where(matched & (stream >= 0), host_start[where], launch)
-    unmatched_device = (stream >= 0) & np.isnan(launch)
-    launch[unmatched_device] = start[unmatched_device]
-    return launch
 
 
 class _HostAnalysis:
