@@ -45,6 +45,16 @@ def test_partition_by_hand():
     assert density_integral(shares.density[1], np.array([6.0]), np.array([13.0])) == [1.0]
 
 
+def test_windows_with_nothing_in_them_are_idle_floats():
+    # no piece (or only empty ones) in the windows: all idle, in float like any share
+    for start, end in ((np.empty(0), np.empty(0)), (np.array([0.0, 1.0]), np.array([0.0, 1.0]))):
+        shares = partition(np.array([0.0, 1.0]), np.array([1.0, 3.0]), start, end,
+                           np.zeros(start.size, dtype=np.int64))
+        assert shares.idle.dtype == np.float64 and shares.idle.tolist() == [1.0, 2.0]
+        by_window = shares.by_window(np.zeros(start.size, dtype=np.int64), 1, 2)
+        assert by_window.dtype == np.float64 and by_window.tolist() == [[0.0, 0.0]]
+
+
 intervals = st.lists(st.tuples(st.integers(0, 200), st.integers(1, 60), st.integers(0, 3)),
                      min_size=0, max_size=30)
 

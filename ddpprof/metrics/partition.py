@@ -42,8 +42,9 @@ class Shares:
     def by_window(self, labels: np.ndarray, n_labels: int, n_windows: int) -> np.ndarray:
         """``(n_labels, n_windows)``: the shares added up by ``labels[piece]``."""
         flat = labels[self.piece] * n_windows + self.window
-        return np.bincount(flat, weights=self.share,
-                           minlength=n_labels * n_windows).reshape(n_labels, n_windows)
+        # float even without pieces: numpy's bincount of nothing is int64, weights or not
+        return np.bincount(flat, weights=self.share, minlength=n_labels * n_windows).astype(
+            np.float64, copy=False).reshape(n_labels, n_windows)
 
 
 def cut(start: np.ndarray, end: np.ndarray, window_start: np.ndarray,
@@ -98,7 +99,8 @@ def partition(window_start: np.ndarray, window_end: np.ndarray, start: np.ndarra
     owner = np.searchsorted(window_start, seg_lo, side="right") - 1
     inside = (owner >= 0) & (seg_lo < window_end[np.maximum(owner, 0)])
     empty = inside & (top < 0)
-    idle = np.bincount(owner[empty], weights=seg_len[empty], minlength=window_start.size)
+    idle = np.bincount(owner[empty], weights=seg_len[empty],
+                       minlength=window_start.size).astype(np.float64, copy=False)
     return Shares(piece, window, share, idle, density)
 
 
