@@ -257,6 +257,7 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
     """Run ``sweep`` through torchrun and write ``out/calibration.json`` (node 0 only; the
     other nodes' launchers just take part). Raises ``RunFailed`` when the sweep fails and
     ``Interrupted`` when a signal stops it, after marking the file so."""
+    from . import processes
     from .progress import Progress
     from .record import folders, process
     from .record.failure import ERRORS_DIR, run_error
@@ -286,7 +287,7 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
             folder.write_text(SWEEP_CONFIG, msgspec.json.encode(sweep).decode())
         except OSError as error:
             raise UsageError(describe_os_error(error.filename or out, error)) from None
-        process.become_subreaper()  # only now: bad input must leave this process as it was
+        processes.become_subreaper()  # only now: bad input must leave this process as it was
         progress = Progress(quiet=quiet, total=1)
         progress.start(f"all-reduce sweep, {len(sweep.sizes_bytes)} sizes", out,
                        sweep.world_size)

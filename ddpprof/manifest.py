@@ -41,6 +41,7 @@ from typing import Literal
 import msgspec
 
 from .errors import UsageError
+from .processes import stat_fields, state_of
 
 MANIFEST_NAME = "run.json"
 #: 2: ``owner``, the ``interrupted`` status and ``error.signal``; version 1 files read the same.
@@ -248,7 +249,7 @@ def owner_is_gone(owner: Owner) -> bool:
         pass  # another user's process: it exists
     if owner.boot_id is not None and owner.boot_id != _boot_id():
         return True  # the machine rebooted since
-    if _process_state(owner.pid) == "Z":
+    if state_of(owner.pid) == "Z":
         return True
     started = process_start_ticks(owner.pid)
     return None not in (owner.start_ticks, started) and started != owner.start_ticks
@@ -258,7 +259,7 @@ def process_start_ticks(pid: int) -> int | None:
     """When the kernel started process ``pid``, in clock ticks after boot (``/proc/<pid>/stat``
     field 22; exact, unlike a wall-clock time, which moves when the clock is set); None where
     that cannot be read."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[19]) if fields else None
 
 
@@ -266,20 +267,6 @@ def now_iso() -> str:
     from datetime import UTC, datetime
 
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """``/proc/<pid>/stat`` after the command name, so index 0 is field 3 (the state)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()
-
-
-def _process_state(pid: int) -> str | None:
-    fields = _stat_fields(pid)
-    return fields[0] if fields else None
 
 
 def _boot_id() -> str | None:
