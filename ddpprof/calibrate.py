@@ -28,6 +28,7 @@ import msgspec
 
 from .atomic import json_text
 from .errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
+from .json_input import read_json_bytes
 from .manifest import Owner, now_iso, owner_is_gone, validation_problem
 from .report.table import columns
 from .run_folder import RunFolder
@@ -207,9 +208,7 @@ def summarize_points(result: SweepResult, sizes: list[int]) -> list[SweepPoint]:
 def read_calibration(path: Path) -> Calibration:
     """A ``calibration.json``; one line naming the file when it is not one."""
     try:
-        calibration = msgspec.json.decode(path.read_bytes(), type=Calibration)
-    except OSError as error:
-        raise UsageError(describe_os_error(path, error)) from None
+        calibration = msgspec.json.decode(read_json_bytes(path), type=Calibration)
     except msgspec.ValidationError as error:
         raise UsageError(f"{path}: {validation_problem(error)}") from None
     except msgspec.DecodeError as error:

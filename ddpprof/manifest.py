@@ -41,6 +41,7 @@ from typing import Literal
 import msgspec
 
 from .errors import UsageError
+from .json_input import read_json_bytes
 from .processes import stat_fields, state_of
 
 MANIFEST_NAME = "run.json"
@@ -188,13 +189,9 @@ class RunManifest(msgspec.Struct, kw_only=True):
 def read_manifest(path: Path) -> RunManifest:
     """Decode the run.json at ``path``; every problem is a ``UsageError`` naming the file (and
     the field, for a wrong type)."""
+    data = read_json_bytes(path, MAX_MANIFEST_BYTES)
     try:
-        size = path.stat().st_size
-        if size > MAX_MANIFEST_BYTES:
-            raise UsageError(f"{path}: {size:,} bytes is too large for a run manifest")
-        document = json.loads(path.read_bytes())  # json, not msgspec: older files hold NaN
-    except OSError as error:
-        raise UsageError(f"{path}: cannot be read ({error.strerror or error})") from None
+        document = json.loads(data)  # json, not msgspec: older files hold NaN
     except (ValueError, RecursionError) as error:
         raise UsageError(f"{path}: not JSON ({error})") from None
     return manifest_from_json(document, path)
