@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from trace_builders import span, step, write_trace
 
+from ddpprof import processes
 from ddpprof.analysis import executors
 from ddpprof.trace.io import size_text
 
@@ -400,8 +401,4 @@ def test_pool_workers_die_with_a_parent_killed_outright(tmp_path):
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie is dead
-    except FileNotFoundError:
-        return False
+    return processes.state_of(pid) not in (None, "Z")          # a zombie is dead

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ddpprof import processes
 from ddpprof.errors import TraceError
 from ddpprof.trace import cache, io, jsonscan, parallel, sliced
 from ddpprof.trace.columns import Columns
@@ -346,11 +347,7 @@ def test_a_decoder_dies_with_its_parent(tmp_path):
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie is dead
-    except FileNotFoundError:
-        return False
+    return processes.state_of(pid) not in (None, "Z")          # a zombie is dead
 
 
 @pytest.mark.parametrize("error", [msgspec.DecodeError, OverflowError])

@@ -16,11 +16,10 @@ from typing import Any
 import msgspec
 
 from ..errors import NotATrace, TraceError
-from .io import TraceBytes
+from .io import NOT_BLANK, TraceBytes
 from .storage import Location
 
 _CHUNK_BYTES = 1024 * 1024
-_NOT_BLANK = re.compile(rb"[^ \t\n\r\x0b\x0c]")    # what bytes.lstrip() keeps
 
 
 class DistributedInfo(msgspec.Struct, gc=False):
@@ -52,7 +51,7 @@ def first_byte(data: TraceBytes) -> tuple[bytes, int]:
     """The document's first byte that ``bytes.lstrip()`` keeps, and its offset (empty and the
     size where there is none)."""
     for offset in range(0, data.size, _CHUNK_BYTES):
-        found = _NOT_BLANK.search(data.read(offset, _CHUNK_BYTES))
+        found = NOT_BLANK.search(data.read(offset, _CHUNK_BYTES))
         if found is not None:
             return bytes(found.group()), offset + found.start()
     return b"", data.size

@@ -47,7 +47,8 @@ _INPUT_CHUNK_BYTES = 1024**2
 _URL_CHUNK_BYTES = 8 * 1024**2
 _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = b"\xef\xbb\xbf"
-_NOT_BLANK = re.compile(rb"[^ \t\n\r\x0b\x0c]")    # what bytes.strip() keeps
+#: A byte that ``bytes.strip()`` keeps.
+NOT_BLANK = re.compile(rb"[^ \t\n\r\x0b\x0c]")
 _NOT_ZERO = re.compile(rb"[^\x00]")
 _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
                | getattr(os, "O_CLOEXEC", 0))
@@ -240,6 +241,8 @@ def read_url(url: str, limit: int, variable: str | None) -> bytes | bytearray:
     """The content of ``url``, read a chunk at a time, each read given the store's deadline
     (``storage.within_deadline``), never more than ``limit`` bytes."""
     stream = storage.within_deadline(url, lambda fs, path: fs.open(path, "rb"))
+    if (getattr(stream, "size", None) or 0) > limit:     # where the store said its size
+        raise too_large(url, limit, variable)
     data = bytearray()
 
     def next_chunk(fs: Any, path: str) -> bytes:
@@ -275,7 +278,7 @@ def json_bytes(stored: TraceBytes, limit: int) -> TraceBytes:
     if bytes(stored.read(0, 2)) == _GZIP_MAGIC:
         data = MemoryBytes(path, gunzip(stored, limit))
         stored.check_unchanged()
-        if _NOT_BLANK.search(data.view) is None:
+        if NOT_BLANK.search(data.view) is None:
             raise TraceError(path, "empty file")
     if bytes(data.read(0, 3)) == _UTF8_BOM:
         # Editors and PowerShell on Windows (Out-File, Set-Content) write one when a trace is

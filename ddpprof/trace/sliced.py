@@ -55,7 +55,7 @@ _BETWEEN_EVENTS = re.compile(rb"\}\s*(,)\s*\{")
 #: Bytes read at a time while searching; consecutive windows overlap by ``_OVERLAP_BYTES`` so
 #: that a match across their border is found (one with longer blanks in it only gives a later
 #: cut, or the whole-document decode).
-_SEARCH_BYTES, _OVERLAP_BYTES = 64 * 1024, 4096
+_SEARCH_BYTES, _OVERLAP_BYTES = 16 * 1024, 256
 
 
 @dataclass(frozen=True)
