@@ -30,6 +30,7 @@ import msgspec
 
 from .atomic import json_text
 from .errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
+from .json_input import read_json_bytes
 from .manifest import Owner, now_iso, owner_is_gone, validation_problem
 from .metrics.comm import BUS_FACTOR
 from .record.config import Launch
@@ -204,9 +205,7 @@ def summarize_points(result: SweepResult, sizes: list[int]) -> list[SweepPoint]:
 def read_calibration(path: Path) -> Calibration:
     """A ``calibration.json``; one line naming the file when it is not one."""
     try:
-        calibration = msgspec.json.decode(path.read_bytes(), type=Calibration)
-    except OSError as error:
-        raise UsageError(describe_os_error(path, error)) from None
+        calibration = msgspec.json.decode(read_json_bytes(path), type=Calibration)
     except msgspec.ValidationError as error:
         raise UsageError(f"{path}: {validation_problem(error)}") from None
     except msgspec.DecodeError as error:
@@ -254,6 +253,7 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
     """Run ``sweep`` through torchrun and write ``out/calibration.json`` (node 0 only; the
     other nodes' launchers just take part). Raises ``RunFailed`` when the sweep fails and
     ``Interrupted`` when a signal stops it, after marking the file so."""
+    from . import processes
     from .progress import Progress
     from .record import folders, process
     from .record.failure import ERRORS_DIR, run_error
@@ -283,7 +283,7 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
             folder.write_text(SWEEP_CONFIG, msgspec.json.encode(sweep).decode())
         except OSError as error:
             raise UsageError(describe_os_error(error.filename or out, error)) from None
-        process.become_subreaper()  # only now: bad input must leave this process as it was
+        processes.become_subreaper()  # only now: bad input must leave this process as it was
         progress = Progress(quiet=quiet, total=1)
         progress.start(f"all-reduce sweep, {len(sweep.sizes_bytes)} sizes", out,
                        sweep.world_size)

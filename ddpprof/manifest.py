@@ -46,6 +46,8 @@ from typing import Any, Literal
 import msgspec
 
 from .errors import UsageError
+from .json_input import read_json_bytes
+from .processes import stat_fields, state_of
 from .record.config import RunConfig, decode_hook
 from .units import MIB
 
@@ -226,13 +228,9 @@ class RunManifest(msgspec.Struct, kw_only=True):
 def read_manifest(path: Path) -> RunManifest:
     """Decode the run.json at ``path``; every problem is a ``UsageError`` naming the file (and
     the field, for a wrong type)."""
+    data = read_json_bytes(path, MAX_MANIFEST_BYTES)
     try:
-        size = path.stat().st_size
-        if size > MAX_MANIFEST_BYTES:
-            raise UsageError(f"{path}: {size:,} bytes is too large for a run manifest")
-        document = json.loads(path.read_bytes())  # json, not msgspec: older files hold NaN
-    except OSError as error:
-        raise UsageError(f"{path}: cannot be read ({error.strerror or error})") from None
+        document = json.loads(data)  # json, not msgspec: older files hold NaN
     except (ValueError, RecursionError) as error:
         raise UsageError(f"{path}: not JSON ({error})") from None
     return manifest_from_json(document, path)
@@ -374,7 +372,7 @@ def owner_is_gone(owner: Owner) -> bool:
         pass  # another user's process: it exists
     if owner.boot_id is not None and owner.boot_id != _boot_id():
         return True  # the machine rebooted since
-    if _process_state(owner.pid) == "Z":
+    if state_of(owner.pid) == "Z":
         return True
     started = process_start_ticks(owner.pid)
     return None not in (owner.start_ticks, started) and started != owner.start_ticks
@@ -384,7 +382,7 @@ def process_start_ticks(pid: int) -> int | None:
     """When the kernel started process ``pid``, in clock ticks after boot (``/proc/<pid>/stat``
     field 22; exact, unlike a wall-clock time, which moves when the clock is set); None where
     that cannot be read."""
-    fields = proc_stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[19]) if fields else None
 
 
@@ -392,20 +390,6 @@ def now_iso() -> str:
     from datetime import UTC, datetime
 
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def proc_stat_fields(pid: int) -> list[str] | None:
-    """``/proc/<pid>/stat`` after the command name, so index 0 is field 3 (the state)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()
-
-
-def _process_state(pid: int) -> str | None:
-    fields = proc_stat_fields(pid)
-    return fields[0] if fields else None
 
 
 def _boot_id() -> str | None:

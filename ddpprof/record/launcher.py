@@ -20,6 +20,7 @@ from pathlib import Path
 
 import msgspec
 
+from .. import processes
 from ..atomic import json_text
 from ..errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
 from ..manifest import (
@@ -212,7 +213,7 @@ def record(recording: Recording) -> list[RunOutcome]:
         if leader:
             for target in recording.targets():
                 folders.clear_previous(target, locks)
-        process.become_subreaper()  # only now: bad input must leave this process as it was
+        processes.become_subreaper()  # only now: bad input must leave this process as it was
         progress = Progress(quiet=recording.quiet, total=len(planned))
         outcomes: list[RunOutcome] = []
         for run in planned:
@@ -297,7 +298,7 @@ def run_torchrun(command: list[str], folder: RunFolder, log_name: str, backend: 
     with folder.new_file(log_name) as log:
         torchrun = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                    preexec_fn=process.preexec_die_with_parent())
+                                    preexec_fn=processes.preexec_die_with_parent())
     watchdog = Watchdog(torchrun, timeout_s, guard)
     guard.attach(torchrun.pid)
     try:
@@ -369,14 +370,14 @@ class Watchdog:
                  guard: process.SignalGuard) -> None:
         self.torchrun, self.timeout_s, self.guard = torchrun, timeout_s, guard
         self.launched = time.monotonic()
-        self.started = not process.can_list_children()  # cannot tell: assume started
+        self.started = not processes.can_list_children()  # cannot tell: assume started
         self.expired = False
 
     def check(self) -> None:
         if self.guard.overdue():
             self.guard.kill_child()
         if not self.started:
-            self.started = bool(process.child_pids(self.torchrun.pid))
+            self.started = bool(processes.child_pids(self.torchrun.pid))
             if not self.started and time.monotonic() - self.launched > self.timeout_s:
                 self.expired = True
                 self.started = True  # checked once
