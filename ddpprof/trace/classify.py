@@ -127,6 +127,14 @@ WORK_CLASSES: dict[str, re.Pattern[str]] = {
                        r"wgmma", re.IGNORECASE),
     "compute": re.compile(r""),
 }
+
+
+def work_class(name: str) -> str:
+    """The overlap tax's class of a compute op or kernel (``metrics.tax.WORK_CLASSES``):
+    ``gemm`` (:data:`WORK_CLASSES`' matrix products), else ``other``."""
+    return "gemm" if WORK_CLASSES["gemm"].search(name) else "other"
+
+
 #: Spans in which the training thread waits for communication and computes nothing: ddpprof's
 #: ``ddpprof::wait``, any other ``*wait*`` span, and FSDP2's collectives, which block the
 #: thread on gloo.
