@@ -24,7 +24,7 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
     options = AnalysisOptions(
         keep_last_step=keep_last_step, per_step=per_step, hta_compat=hta_compat,
         comm_kernels=tuple(validate_comm_patterns(comm_kernels)), engine=engine, jobs=jobs,
-        scheduler=scheduler or None, replay_program=True, step_graphs=critical_path)
+        scheduler=scheduler or None, replay_graphs=True, step_graphs=critical_path)
     locations = [location_of(path) for path in paths]
     page_name = report_name(locations[0]) if len(locations) == 1 else "report"
     outputs.check(page_name)
