@@ -15,8 +15,14 @@ ranks), median over repeats. Printed and written (``OUT/accuracy.json``): every 
 against its measurement, and the targets: the calibrated configuration's own replay (median
 |error|), other caps and world sizes (median and p90 |error|), overlap (the largest |gap| per
 cap), and whether the predicted best cap is within the measured noise of the measured best
-(its measured median no further from the best's than the best's own spread). The 1-minute
-load average is logged before each recording and prediction.
+(its measured median no further from the best's than the best's own spread). Beside them, what
+the machine's noise allows: the *noise floor* (each repeat of a configuration against another
+repeat of the same), the errors against the run of the same repeat (recorded minutes apart),
+the ratio of a cap's step to the calibration run's own within a repeat, the 3-rank runs
+predicted with the ranks sharing this machine's cores (``--shared-cores``), and the
+calibration run re-bucketed at its own cap against its unedited replay (the re-bucketing's
+own error, free of noise). The 1-minute load average is logged before each recording and
+prediction.
 
     python benchmarks/simulate_accuracy.py [--out bench-acc/] [--model mlp-medium]
         [--variants all] [--caps 1,4,25] [--world3-cap 4] [--repeats 3] [--steps 16]
@@ -137,13 +143,22 @@ def main() -> None:
     if args.record_only:
         return
     report: dict = {"model": args.model, "caps": caps, "repeats": args.repeats,
-                    "steps": args.steps, "variants": variants, "points": [], "loads": loads}
-    own_errors, other_errors, world_errors = [], [], []
-    overlap_gaps: dict[float, list[float]] = {}
+                    "steps": args.steps, "variants": variants, "cores": os.cpu_count(),
+                    "points": [], "loads": loads}
+    errors: dict[str, list[float]] = {key: [] for key in (
+        "own", "own_against_its_run", "other_caps", "world3", "world3_shared_cores", "same_repeat",
+        "ratio_within_repeat", "own_cap_rebucketed", "noise_floor")}
+    overlap_gaps: dict[str, list[float]] = {}
     best_ok = []
+    own_marker = 1 + 1e-9    # a cap that makes the calibration run's own buckets, re-bucketed
     for variant in variants:
         truth = {(2, cap): measured(out, 2, variant, cap, args.repeats) for cap in caps}
         truth[(3, args.world3_cap)] = measured(out, 3, variant, args.world3_cap, args.repeats)
+        for target in truth.values():   # a repeat against another repeat of itself
+            if target:
+                steps = target["repeats_ms"]
+                errors["noise_floor"] += [100 * abs(a - b) / b for i, a in enumerate(steps)
+                                          for j, b in enumerate(steps) if i != j]
         for repeat in range(1, args.repeats + 1):
             source = folder_of(out, 2, variant, caps[0], repeat)
             if not complete(source):
@@ -151,8 +166,19 @@ def main() -> None:
             load = load_average()
             loads.append({"what": f"predict from {source.name}", "load_1min": load,
                           "time": time.strftime("%H:%M:%S")})
-            simulation = simulate_run(source, caps, [2, 3], allow_sweep=False)
+            simulation = simulate_run(source, [*caps, caps[0] * own_marker], [2, 3],
+                                      allow_sweep=False)
+            crowded = simulate_run(source, [args.world3_cap], [3], allow_sweep=False,
+                                   shared_cores=os.cpu_count())
             predicted = {(p.world_size, p.bucket_cap_mb): p for p in simulation.predictions}
+            own = predicted[(2, caps[0])]
+            rebucketed = predicted[(2, caps[0] * own_marker)]
+            errors["own_cap_rebucketed"].append(
+                abs(100 * (rebucketed.step_ms - own.step_ms) / own.step_ms))
+            own_measured = read_manifest(source / "run.json").throughput.median_step_s * 1e3
+            errors["own_against_its_run"].append(abs(100 * (own.step_ms / own_measured - 1)))
+            shared = {p.world_size: p for p in crowded.predictions if p.bucket_cap_mb ==
+                      args.world3_cap or p.bucket_cap_mb is None}
             ranking = []
             for (world, cap), target in truth.items():
                 point = predicted.get((world, cap))
@@ -160,22 +186,40 @@ def main() -> None:
                     continue
                 error = 100 * (point.step_ms - target["step_ms"]) / target["step_ms"]
                 gap = (point.overlap_pct or 0.0) - target["overlap_pct"]
-                own = world == 2 and cap == caps[0]
-                (own_errors if own else world_errors if world != 2 else other_errors).append(
-                    abs(error))
-                overlap_gaps.setdefault(cap if world == 2 else -cap, []).append(abs(gap))
-                if world == 2:
+                same = folder_of(out, world, variant, cap, repeat)
+                same_ms = read_manifest(same / "run.json").throughput.median_step_s * 1e3 \
+                    if complete(same) else None
+                if world == 2 and cap == caps[0]:
+                    errors["own"].append(abs(error))
+                elif world == 2:
+                    errors["other_caps"].append(abs(error))
                     ranking.append((point.step_ms, cap))
+                    if same_ms:
+                        errors["ratio_within_repeat"].append(abs(100 * (
+                            (point.step_ms / own.step_ms) / (same_ms / own_measured) - 1)))
+                else:
+                    errors["world3"].append(abs(error))
+                    if 3 in shared:
+                        errors["world3_shared_cores"].append(abs(
+                            100 * (shared[3].step_ms - target["step_ms"]) / target["step_ms"]))
+                if same_ms and not (world == 2 and cap == caps[0]):
+                    errors["same_repeat"].append(abs(100 * (point.step_ms - same_ms) / same_ms))
+                label = f"{cap:g}" if world == 2 else f"{cap:g} (3 ranks)"
+                overlap_gaps.setdefault(label, []).append(abs(gap))
                 report["points"].append({
                     "variant": variant, "calibrated_on": source.name, "world_size": world,
                     "cap_mib": cap, "buckets": point.buckets, "predicted_ms": point.step_ms,
+                    "predicted_shared_cores_ms": shared[3].step_ms if world == 3
+                    and 3 in shared else None,
                     "measured_ms": target["step_ms"], "measured_repeats_ms": target["repeats_ms"],
-                    "error_pct": error, "predicted_overlap_pct": point.overlap_pct,
+                    "measured_same_repeat_ms": same_ms, "error_pct": error,
+                    "predicted_overlap_pct": point.overlap_pct,
                     "measured_overlap_pct": target["overlap_pct"], "load_1min": load})
                 print(f"{variant:<17} r{repeat} n{world} cap {cap:<5g} predicted "
                       f"{point.step_ms:8.1f} measured {target['step_ms']:8.1f} "
                       f"[{target['low_ms']:.1f}, {target['high_ms']:.1f}] {error:+6.1f}%  "
                       f"overlap {point.overlap_pct or 0:5.1f} vs {target['overlap_pct']:5.1f}")
+            ranking.append((own.step_ms, caps[0]))
             top = min(ranking)[1]
             best = min((truth[(2, c)]["step_ms"], c) for c in caps if truth[(2, c)])[1]
             noise = truth[(2, best)]["high_ms"] - truth[(2, best)]["low_ms"]
@@ -184,20 +228,17 @@ def main() -> None:
             report["points"].append({"variant": variant, "calibrated_on": source.name,
                                      "predicted_best_cap": top, "measured_best_cap": best,
                                      "within_noise": ok})
+
+    def stats(values: list[float]) -> dict | None:
+        return {"median": statistics.median(values), "p90": percentile(values, 0.9),
+                "n": len(values)} if values else None
+
     summary = {
-        "own_median_abs_error_pct": statistics.median(own_errors) if own_errors else None,
-        "other_caps_median_abs_error_pct": statistics.median(other_errors)
-        if other_errors else None,
-        "other_caps_p90_abs_error_pct": percentile(other_errors, 0.9) if other_errors else None,
-        "world3_median_abs_error_pct": statistics.median(world_errors) if world_errors else None,
-        "world3_p90_abs_error_pct": percentile(world_errors, 0.9) if world_errors else None,
-        "others_median_abs_error_pct": statistics.median(other_errors + world_errors),
-        "others_p90_abs_error_pct": percentile(other_errors + world_errors, 0.9),
-        "overlap_max_abs_gap_pp_by_cap": {
-            (f"{c:g}" if c > 0 else f"{-c:g} (3 ranks)"): max(v)
-            for c, v in sorted(overlap_gaps.items())},
+        "abs_error_pct": {key: stats(values) for key, values in errors.items()},
+        "others_abs_error_pct": stats(errors["other_caps"] + errors["world3"]),
+        "overlap_max_abs_gap_pp_by_cap": {c: max(v) for c, v in overlap_gaps.items()},
         "overlap_median_abs_gap_pp": statistics.median(
-            g for v in overlap_gaps.values() for g in v),
+            g for v in overlap_gaps.values() for g in v) if overlap_gaps else None,
         "best_cap_within_noise": f"{sum(best_ok)} of {len(best_ok)}",
         "load_1min_range": [min(x["load_1min"] for x in loads), max(x["load_1min"] for x in loads)]
         if loads else None,

@@ -22,8 +22,6 @@ from ddpprof.cli import main
 from ddpprof.metrics import intervals as iv
 from ddpprof.simulate import simulate_run, to_json_document
 from ddpprof.simulate.advice import cap_advice_for_runs
-from ddpprof.trace import classify
-from ddpprof.trace.loader import load
 
 FLOAT = {"Input type": ["float"]}
 MANIFEST = {"schema_version": 3, "status": "complete", "config": {
@@ -164,7 +162,8 @@ def test_the_simulators_work_is_bounded_in_the_steps(tmp_path, monkeypatch):
         counts = Counter()
         original = module.replay_edited
         monkeypatch.setattr(module, "replay_edited",
-                            lambda *a, **k: counts.update(["replays"]) or original(*a, **k))
+                            lambda *a, counts=counts, original=original, **k:
+                            counts.update(["replays"]) or original(*a, **k))
         simulation = simulate_run(run, [1.0, 25.0], [2, 4], bandwidth_gbps=1.0,
                                   latency_us=10.0, allow_sweep=False)
         assert len(simulation.steps) == min(steps - 1, REPLAYED_STEPS)

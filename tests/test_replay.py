@@ -72,6 +72,13 @@ def test_each_edit_by_hand(tmp_path):
     # all-reduce 2 340-490, wait 500, optimizer 510-610, end 750
     world = replay_edited(graph, none, world=WorldSize(4, 2, False), cost=COST)
     assert world.step_us == pytest.approx(750)
+    # the 4 ranks on the 2 cores the 2 shared: all work twice as long again (mm 300 each,
+    # g, c10d 20, all-reduces 300, the optimizer 200): mm 0-300, g1 -320, c10d1 -340,
+    # all-reduce 1 340-640, mm 340-640, g2 -660, c10d2 -680, all-reduce 2 680-980, wait
+    # 990, optimizer 1000-1200, end 1340
+    crowded = replay_edited(graph, none, world=WorldSize(4, 2, False, shared_cores=2),
+                            cost=COST)
+    assert crowded.step_us == pytest.approx(1340)
     # GEMMs 50% faster: the same compute, the all-reduces 100 µs: 340-440, wait 450, 700
     assert replay_edited(graph, none, [Edit("faster", "gemm", 50)]).step_us == \
         pytest.approx(700)

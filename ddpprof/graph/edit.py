@@ -32,7 +32,9 @@ removed all-gather was.
 and backward, not the ``AccumulateGrad`` nodes) takes ``N₀/N`` of its work (the rank's share of
 the global batch); the optimizer's compute too when it is sharded (ZeRO); every transfer the
 cost model's time at N ranks over its time at N₀. The graph keeps its N₀ ranks: they stand for
-the N.
+the N. Each rank is taken to bring its own device or cores, unless the ranks share a host's C
+cores (``shared_cores``): then all work (compute, host, transfers) is slowed by
+:attr:`WorldSize.crowding`.
 """
 
 from __future__ import annotations
@@ -93,6 +95,19 @@ class WorldSize:
     world_size: int
     recorded: int
     sharded_optimizer: bool
+    #: The cores every rank shares (one CPU host), if they do; with the threads of a rank.
+    shared_cores: int | None = None
+    threads_per_rank: int = 1
+
+    @property
+    def crowding(self) -> float:
+        """How much slower a host's work runs at this world size than as recorded when the
+        ranks share ``shared_cores``: ``max(1, N·t/C) / max(1, N₀·t/C)`` (1 when they do
+        not)."""
+        if not self.shared_cores:
+            return 1.0
+        threads = self.threads_per_rank / self.shared_cores
+        return max(1.0, self.world_size * threads) / max(1.0, self.recorded * threads)
 
 
 @dataclass
@@ -340,3 +355,7 @@ def scale_world(edit: Editable, plan: WorldSize, cost: CollectiveCost) -> None:
                 was = cost.model.time_us(c.size_bytes, plan.recorded, c.kind, cost.backend)
                 now = cost.model.time_us(c.size_bytes, plan.world_size, c.kind, cost.backend)
                 edit.work[k] *= now / was if was > 0 else 1.0
+    if plan.crowding != 1.0:
+        for k, node in enumerate(edit.nodes):
+            if node.kind in (NodeKind.COMPUTE, NodeKind.COMMUNICATION, NodeKind.HOST):
+                edit.work[k] *= plan.crowding

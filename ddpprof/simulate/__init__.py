@@ -11,7 +11,8 @@ tax, for the run's own configuration (no edit: the recorded step exactly) and fo
 
 **Profiler overhead**, the same on both sides: the graphs are profiled steps, so a replay
 predicts a profiled step; it is divided by the run's measured ``profiler_overhead_ratio``
-(median profiled step over median unprofiled step) and compared with the run's median
+(median profiled step over median unprofiled step, which also carries any change of the
+machine's load between them, so a ratio below 1 is kept) and compared with the run's median
 unprofiled step.
 
 **What a cap applies to**: the variants whose gradients go in buckets (the registry's
@@ -56,12 +57,12 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
                  measured_file: Path | None = None, calibration_file: Path | None = None,
                  ready_order: bool = False, keep_last_step: bool = False,
                  allow_sweep: bool = True, on_note=None, edits: Sequence[Edit] = (),
-                 jobs: int | None = None) -> Simulation:
+                 jobs: int | None = None, shared_cores: int | None = None) -> Simulation:
     """``ddpprof simulate``: analyze ``run_path`` over ``analyze``'s window (the last
     ProfilerStep dropped unless ``keep_last_step``) with its steps' graphs, and predict its
     own configuration and every (world size, cap) combination (:func:`simulate`).
     ``allow_sweep``: measure all-reduce on this machine when no cost model can be had
-    otherwise."""
+    otherwise; ``shared_cores``: every rank shares that many cores (one CPU host)."""
     if bandwidth_gbps is not None and (bandwidth_gbps <= 0 or (latency_us or 0) < 0):
         raise UsageError("--bandwidth-gbps must be positive and --latency-us not negative")
     calibration = sources.given_calibration(calibration_file)
@@ -80,18 +81,20 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     sweep_points = output.measured_steps(measured_file, run.manifest) if measured_file else {}
     return simulate(run_path, analyzed[0], sizes_mb, world_sizes,
                     Costs(bandwidth_gbps, latency_us, calibration, allow_sweep,
-                          on_note=on_note), ready_order, sweep_points, tuple(edits))
+                          on_note=on_note), ready_order, sweep_points, tuple(edits),
+                    shared_cores=shared_cores)
 
 
 def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
              world_sizes: list[int] | None, costs: Costs, ready_order: bool = False,
              sweep_points: dict[float, float] | None = None, edits: tuple[Edit, ...] = (),
-             median_step_only: bool = False) -> Simulation:
+             median_step_only: bool = False, shared_cores: int | None = None) -> Simulation:
     """Predict the run's own configuration and every (world size, cap) combination from
     ``run``, analyzed with its steps' graphs (``AnalysisOptions.step_graphs``).
     ``world_sizes``: by default the run's own, 2, 4 and 8; ``[]`` the run's own only.
     ``median_step_only``: replay the step of median recorded length alone (the findings'
-    advice), not every step."""
+    advice), not every step. ``shared_cores``: every rank, at any world size, shares that many
+    cores (one CPU host: ``graph.edit.WorldSize.crowding``)."""
     manifest, config = run.manifest, run.manifest.config
     joined, notes = join_steps({r.rank: r.graph_steps or [] for r in run.ranks})
     graphs = [g for g in joined if _acyclic(g, notes)]
@@ -129,15 +132,27 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
     ratio = _overhead(manifest, notes)
     notes.append(_scope(info, variant, bool(sizes_mb)))
     sharded = info is not None and info.sharded
-    single = [o.step_us for s in steps
-              if (o := s.replay(edits, None, WorldSize(1, world, sharded), model, backend))]
+    threads = (manifest.measured.threads_per_rank if manifest.measured else None) or 1
+
+    def resized(n: int) -> WorldSize | None:
+        return None if n == world else WorldSize(n, world, sharded, shared_cores, threads)
+
+    if shared_cores:
+        notes.append(f"world sizes: every rank shares {shared_cores} cores with the others "
+                     f"({threads} thread(s) a rank): where they outnumber them, all work slows "
+                     "in proportion")
+    else:
+        notes.append("world sizes: each rank brings its own device or cores (--shared-cores "
+                     "for ranks sharing one CPU host)")
+    single = [o.step_us for s in steps if (o := s.replay(edits, None, WorldSize(
+        1, world, sharded, shared_cores, threads), model, backend))]
     predictions = []
     for n, cap, recorded in _configurations(info, config.bucket_cap_mb if config else None,
                                             sizes_mb, world_sizes, world):
-        resized = WorldSize(n, world, sharded) if n != world else None
         capped = CapEdit(cap, info.gradient_collective, info.gradient_sync == "sharded_buckets",
                          ready_order) if not recorded and info is not None else None
-        outcomes = [o for s in steps if (o := s.replay(edits, capped, resized, model, backend))]
+        outcomes = [o for s in steps
+                    if (o := s.replay(edits, capped, resized(n), model, backend))]
         if not outcomes:
             notes.append(f"world size {n}, cap {cap}: not predicted: the edited steps' "
                          "dependencies make a cycle")
@@ -185,11 +200,13 @@ def _level(steps: list[Step], model: CostModel, world: int, backend: str | None)
 
 
 def _overhead(manifest, notes: list[str]) -> float:
+    """The run's median profiled step over its median unprofiled one (1 when unknown)."""
     overhead = manifest.throughput.profiler_overhead_ratio if manifest.throughput else None
     if overhead is not None and overhead < 1:
-        notes.append(f"profiler overhead: measured {overhead:.3f}x (profiled steps faster than "
-                     "unprofiled ones: noise); taken as 1")
-    return max(overhead or 1.0, 1.0)
+        notes.append(f"profiler overhead: measured {overhead:.3f}x: the profiled steps ran "
+                     "faster than the unprofiled ones after them (the machine's load changed); "
+                     "divided out as measured")
+    return overhead if overhead and overhead > 0 else 1.0
 
 
 def _measured(run: RunResult, manifest) -> Measured:
