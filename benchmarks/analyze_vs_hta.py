@@ -33,6 +33,10 @@ What it measures
 3. It prints both times and peaks, the speed ratio HTA / ddpprof (target >= 20x), the memory
    ratio ddpprof / HTA (target <= 0.4), and rank 0's idle / compute / non-compute / overlap
    shares from both tools, side by side, so a reader can check that they agree.
+4. With ``--compare-with DIR`` (another checkout of ddpprof, such as the main branch), that
+   ddpprof is timed too, in the same rounds, and its ``--json`` output is compared byte for
+   byte with this one's: a change to the loader is measured side by side, on the same machine
+   in the same minutes, and shown to keep the output.
 
 How to run
 ----------
@@ -43,6 +47,13 @@ From the repository root, in an environment with ddpprof and HTA installed::
     python benchmarks/analyze_vs_hta.py --out-dir /tmp/big   # keep the trace (reused if there)
     python benchmarks/analyze_vs_hta.py --copies 5           # a smaller trace, for a quick look
     python benchmarks/analyze_vs_hta.py --compact            # compact JSON, no line breaks
+    python benchmarks/analyze_vs_hta.py --fixture b200       # tile another fixture
+    python benchmarks/analyze_vs_hta.py --compare-with /tmp/main   # beside another checkout
+
+``--fixture`` takes a path or one of the names of :data:`FIXTURES`: ``nccl`` (the default: the
+HTA NCCL fixture, GPU-heavy), ``b200`` (TraceLens' B200 eager trace: Python functions), and
+``cpu-ops`` (HTA's two-rank fixture, rank 0: half its events CPU ops, with names of 88
+characters on average and 6 arguments each).
 
 It needs a few GB of memory (HTA holds the whole trace in pandas) and a few minutes.
 The exit status is 0 when both tools succeeded, 1 otherwise; missing a target is only reported.
@@ -66,7 +77,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_FIXTURE = REPO_ROOT / "tests" / "fixtures" / "hta-gpu" / "nccl-data" / "rank-0.json.gz"
+_FIXTURES_DIR = REPO_ROOT / "tests" / "fixtures"
+FIXTURES = {
+    "nccl": _FIXTURES_DIR / "hta-gpu" / "nccl-data" / "rank-0.json.gz",
+    "b200": _FIXTURES_DIR / "real-traces" / "tracelens-b200-eager-ws8" / "eager_trace.json.gz",
+    "cpu-ops": _FIXTURES_DIR / "hta-gpu" / "two-rank" / "rank-0.json.gz",
+}
+DEFAULT_FIXTURE = FIXTURES["nccl"]
 TRACE_NAME = "rank-0.json"
 MIB = 1 << 20
 
@@ -272,6 +289,7 @@ class ToolRuns:
     shares: dict[str, float] | None = None
     extra: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    output: bytes | None = None                # ddpprof's --json document, the last one
 
     @property
     def ok(self) -> list[Measurement]:
@@ -331,15 +349,18 @@ def measure(cmd: list[str], cwd: Path, sample_memory: bool) -> Measurement:
 
 
 def run_ddpprof(python: str, folder: Path, scratch: Path, tool: ToolRuns,
-                sample_memory: bool) -> Measurement:
-    json_out = scratch / "ddpprof.json"
+                sample_memory: bool, checkout: Path = REPO_ROOT) -> Measurement:
+    """``ddpprof analyze`` of the checkout ``checkout`` (run from there, so that its code is
+    the one imported)."""
+    json_out = scratch / f"{tool.name}.json"
     json_out.unlink(missing_ok=True)
     m = tool.add(measure([python, "-m", "ddpprof.cli", "analyze", str(folder), "--json",
-                          str(json_out)], REPO_ROOT, sample_memory), sample_memory)
+                          str(json_out)], checkout, sample_memory), sample_memory)
     if m.returncode != 0:
         tool.error = f"exit {m.returncode}\n{m.stderr.strip() or m.stdout.strip()}"
         return m
-    doc = json.loads(json_out.read_text())
+    tool.output = json_out.read_bytes()
+    doc = json.loads(tool.output)
     rank0 = next(r for run in doc["runs"] for r in run["per_rank"] if r["rank"] == 0)
     # a share without meaning (overlap where nothing communicates) is null in the JSON
     tool.shares = {key: math.nan if rank0[key] is None else float(rank0[key]) for key in SHARES}
@@ -376,8 +397,13 @@ def run_hta(python: str, folder: Path, tool: ToolRuns, sample_memory: bool) -> M
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--fixture", type=Path, default=DEFAULT_FIXTURE,
-                   help="Kineto trace (.json or .json.gz) to tile.")
+    p.add_argument("--fixture", type=lambda text: FIXTURES.get(text, Path(text)),
+                   default=DEFAULT_FIXTURE,
+                   help="Kineto trace (.json or .json.gz) to tile, or one of "
+                        f"{', '.join(FIXTURES)}.")
+    p.add_argument("--compare-with", type=Path, metavar="DIR",
+                   help="Another checkout of ddpprof (the main branch, say) to time in the same "
+                        "rounds; its --json output must be the same, byte for byte.")
     p.add_argument("--out-dir", type=Path,
                    help="Keep the big trace here (reused if already there with the same size "
                         "parameters; default: a temporary folder, removed at the end).")
@@ -409,16 +435,25 @@ def _fmt_time(tool: ToolRuns) -> str:
     return f"{min(m.wall_s for m in ok):8.2f} s   (runs: {times}; min CPU time {cpu:.2f} s)"
 
 
-def report(ddp: ToolRuns, hta: ToolRuns, floor: ToolRuns) -> None:
+def report(ddp: ToolRuns, hta: ToolRuns, floor: ToolRuns, other: ToolRuns | None = None
+           ) -> None:
     print("\n== results ==")
-    for tool in (ddp, hta, floor):
-        if not tool.runs:
+    for tool in (ddp, other, hta, floor):
+        if tool is None or not tool.runs:
             continue
         print(f"{tool.name:8s} time   {_fmt_time(tool)}")
         if tool.peak_mib is not None:
             print(f"{tool.name:8s} peak   {tool.peak_mib:8.0f} MiB (a separate run, sampled)")
     if hta.extra:
         print("HTA phases (min): " + ", ".join(f"{k} {v:.2f} s" for k, v in hta.extra.items()))
+    if other is not None and other.ok and hta.ok:
+        speed = min(m.wall_s for m in hta.ok) / min(m.wall_s for m in other.ok)
+        memory = f", memory {other.peak_mib / hta.peak_mib:.2f}" if (
+            other.peak_mib and hta.peak_mib) else ""
+        print(f"{other.name}: speed HTA / it = {speed:6.1f}x{memory}")
+    if other is not None and other.output is not None and ddp.output is not None:
+        same = "identical" if other.output == ddp.output else "DIFFERENT"
+        print(f"--json output of ddpprof and {other.name}: {same}")
     if ddp.ok and hta.ok:
         speed = min(m.wall_s for m in hta.ok) / min(m.wall_s for m in ddp.ok)
         cpu_speed = min(m.cpu_s for m in hta.ok) / min(m.cpu_s for m in ddp.ok)
@@ -442,8 +477,8 @@ def report(ddp: ToolRuns, hta: ToolRuns, floor: ToolRuns) -> None:
         if ddp.shares and hta.shares:
             print(f"  {'difference':20s}"
                   + "".join(f"{ddp.shares[s] - hta.shares[s]:16.2f}" for s in SHARES))
-    for tool in (ddp, hta, floor):
-        if tool.error:
+    for tool in (ddp, other, hta, floor):
+        if tool is not None and tool.error:
             print(f"\n{tool.name} FAILED: {tool.error}")
 
 
@@ -494,11 +529,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"machine  {os.cpu_count()} CPUs, load average {load} (other load skews wall "
               "times; CPU times are printed too)")
         ddp, hta, floor = ToolRuns("ddpprof"), ToolRuns("HTA"), ToolRuns("msgspec")
+        other = ToolRuns("compared") if args.compare_with else None
         runners = {
             "ddpprof": lambda sample: run_ddpprof(args.python, folder, scratch, ddp, sample),
             "HTA": lambda sample: run_hta(args.python, folder, hta, sample),
             "msgspec": lambda sample: run_msgspec(args.python, trace, floor, sample)}
-        names = [n for n in ("ddpprof", "HTA", "msgspec") if not (n == "HTA" and args.skip_hta)]
+        if other is not None:
+            print(f"compared {args.compare_with.resolve()}: timed in the same rounds")
+            runners["compared"] = lambda sample: run_ddpprof(
+                args.python, folder, scratch, other, sample, args.compare_with.resolve())
+        names = [n for n in ("ddpprof", "compared", "HTA", "msgspec")
+                 if n in runners and not (n == "HTA" and args.skip_hta)]
         for i in range(args.repeats + 1):
             sample = i == args.repeats          # the last round samples memory
             for name in names if i % 2 == 0 else names[::-1]:
@@ -508,8 +549,9 @@ def main(argv: list[str] | None = None) -> int:
                 peak = f", peak {m.peak_mib:.0f} MiB" if m.peak_mib is not None else ""
                 print(f"  {m.wall_s:.2f} s wall, {m.cpu_s:.2f} s CPU{peak}, exit "
                       f"{m.returncode}", flush=True)
-        report(ddp, hta, floor)
-        failed = not ddp.ok or not floor.ok or (not args.skip_hta and not hta.ok)
+        report(ddp, hta, floor, other)
+        failed = not ddp.ok or not floor.ok or (not args.skip_hta and not hta.ok) or (
+            other is not None and (not other.ok or other.output != ddp.output))
     return 1 if failed else 0
 
 

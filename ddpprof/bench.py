@@ -34,6 +34,17 @@ def configurations(models: list[str], variants: list[str], nprocs: list[int]
             if VARIANTS[variant].distributed or n == 1]
 
 
+def check_variants(variants: list[str]) -> None:
+    """The scaling table runs each variant at every ``--nproc`` against ``single``: a
+    tensor-parallel variant runs only where ``--tp`` divides the world size, and its speedup
+    would mix two kinds of parallelism."""
+    tensor_parallel = [v for v in variants if VARIANTS[v].tensor_parallel]
+    if tensor_parallel:
+        raise UsageError(f"--variant {tensor_parallel[0]}: bench scales data-parallel variants "
+                         f"from one process; record it by name (ddpprof record --variant "
+                         f"{tensor_parallel[0]} --nproc N)")
+
+
 def amdahl(speedup: float, n: int) -> tuple[float | None, float | None]:
     """Parallel fraction f from S = 1 / ((1 - f) + f / n), and the ceiling 1 / (1 - f).
     None when there is no speedup to explain (n = 1, or S <= 1: Amdahl's law has no f then)."""

@@ -8,7 +8,7 @@ when its last rank does), and a size's time the median over its calls. From thos
 
 * ``algbw = size / time`` and ``busbw = algbw × 2(N−1)/N`` (nccl-tests' definitions, GB/s =
   10⁹ bytes/s);
-* the cost model ``t = α + traffic/β`` (``ddpprof.simulate.cost``) fitted to the medians, β
+* the cost model ``t = α + traffic/β`` (``ddpprof.metrics.cost``) fitted to the medians, β
   being the bus bandwidth the model tends to for large calls.
 
 ``<out>/calibration.json`` (schema ``ddpprof.calibration``, version 2) holds them with the
@@ -33,6 +33,7 @@ import msgspec
 
 from .atomic import json_text
 from .errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
+from .json_input import read_json_bytes
 from .manifest import Owner, now_iso, owner_is_gone, validation_problem
 from .metrics.comm import BUS_FACTOR
 from .metrics.cost import CostModel, fit_cost, traffic_bytes
@@ -93,7 +94,7 @@ class SweepPoint(msgspec.Struct, kw_only=True):
 
 
 class Fit(msgspec.Struct, kw_only=True):
-    """``t = α + traffic/β`` over the points (``ddpprof.simulate.cost.fit_cost``)."""
+    """``t = α + traffic/β`` over the points (``ddpprof.metrics.cost.fit_cost``)."""
 
     alpha_us: float
     beta_busbw_gbps: float              # β, on the traffic each rank moves (bus bandwidth)
@@ -245,9 +246,7 @@ def summarize_points(result: SweepResult, sizes: list[int]) -> list[SweepPoint]:
 def read_calibration(path: Path) -> Calibration:
     """A ``calibration.json``; one line naming the file when it is not one."""
     try:
-        calibration = msgspec.json.decode(path.read_bytes(), type=Calibration)
-    except OSError as error:
-        raise UsageError(describe_os_error(path, error)) from None
+        calibration = msgspec.json.decode(read_json_bytes(path), type=Calibration)
     except msgspec.ValidationError as error:
         raise UsageError(f"{path}: {validation_problem(error)}") from None
     except msgspec.DecodeError as error:
@@ -297,6 +296,7 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False,
     other nodes' launchers just take part), with ``overlap_tax`` if given. Raises
     ``RunFailed`` when the sweep fails and ``Interrupted`` when a signal stops it, after
     marking the file so."""
+    from . import processes
     from .progress import Progress
     from .record import folders, process
     from .record.failure import ERRORS_DIR, run_error
@@ -327,7 +327,7 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False,
             folder.write_text(SWEEP_CONFIG, msgspec.json.encode(sweep).decode())
         except OSError as error:
             raise UsageError(describe_os_error(error.filename or out, error)) from None
-        process.become_subreaper()  # only now: bad input must leave this process as it was
+        processes.become_subreaper()  # only now: bad input must leave this process as it was
         progress = Progress(quiet=quiet, total=1)
         progress.start(f"all-reduce sweep, {len(sweep.sizes_bytes)} sizes", out,
                        sweep.world_size)

@@ -15,6 +15,7 @@ import rich_click.rich_click as help_style
 from rich_click import RichCommand, RichGroup
 
 from . import __version__
+from . import option_groups as g
 from . import options as o
 from .commands.variants import help_text
 from .errors import Interrupted, RunFailed, UsageError, describe_os_error
@@ -76,7 +77,7 @@ def record(**kwargs: Any) -> None:
 
 @cli.command(epilog=exits(""))
 @click.argument("paths", nargs=-1, required=True)
-@o.analysis_options()
+@g.analysis_options()
 @o.outputs("every metric, per run and per rank (the gate's input)", html="<name>",
            progress=True)
 def analyze(**kwargs: Any) -> None:
@@ -92,7 +93,7 @@ def analyze(**kwargs: Any) -> None:
 @cli.command("critical-path", epilog=exits(""))
 @click.argument("paths", nargs=-1, required=True)
 @o.keep_last_step_option()
-@o.what_if_options()
+@g.what_if_options()
 @o.outputs("the critical path of every step", html="<name>-critical-path", progress=True)
 def critical_path(**kwargs: Any) -> None:
     """The chain of work across ranks that sets each step's length, and what it is made of:
@@ -105,9 +106,22 @@ def critical_path(**kwargs: Any) -> None:
     run("critical_path", **kwargs)
 
 
+@cli.command(epilog=exits(""))
+@click.argument("before", metavar="A")
+@click.argument("after", metavar="B")
+@g.diff_options()
+@o.outputs("the parts, the moved items and the noise of every pair", html="diff-<A>-<B>",
+           progress=True)
+def diff(**kwargs: Any) -> None:
+    """Why B's step differs from A's: the change split into parts that add up to it, each
+    against the run-to-run noise, and what moved inside them. A and B are what `ddpprof
+    analyze` takes, or its --json files (docs/diff.md)."""
+    run("diff", **kwargs)
+
+
 @cli.command(epilog=exits("a rule is broken (a regression)"))
 @click.argument("current", type=o.FOLDER)
-@o.gate_options()
+@g.gate_options()
 @o.outputs("the verdicts")
 def gate(**kwargs: Any) -> None:
     """Fail (exit 1) when a metric of CURRENT breaks a rule against the baseline.
@@ -122,8 +136,8 @@ def gate(**kwargs: Any) -> None:
 @click.argument("run_path", metavar="RUN", type=o.FOLDER)
 @o.bucket_cap_option(o.WHAT_IF_CAPS_MIB, "Bucket sizes to predict, in MiB.")
 @o.world_size_option("World sizes to predict [default: the run's, 2, 4, 8].")
-@o.edit_options("all apply to every row")
-@o.cost_model_options()
+@g.edit_options("all apply to every row")
+@g.cost_model_options()
 @o.keep_last_step_option()
 @o.outputs("the predictions, the cost model and the notes", html="simulate")
 def simulate(**kwargs: Any) -> None:
@@ -137,7 +151,7 @@ def simulate(**kwargs: Any) -> None:
 @o.config_options(option_fields(), only=("backend",))
 @o.nproc_option("2")
 @o.config_options(option_fields(), only=("nnodes", "node_rank", "rdzv_endpoint", "timeout_s"))
-@o.sweep_size_options()
+@g.sweep_size_options()
 @click.option("--tax-from", type=o.FOLDER, metavar="RUN",
               help="Also measure the overlap tax on this recorded run and store it: simulate "
                    "then replays every run with it.")
@@ -168,7 +182,7 @@ def sweep(**kwargs: Any) -> None:
 @o.variant_option("single,simple_ddp,simple_ddp_async,pytorch_ddp")
 @o.nproc_option("1,2")
 @o.config_options(option_fields(), only=("steps", "global_batch", "backend"))
-@o.bench_options()
+@g.bench_options()
 @o.out_option("bench", "The folder the run folders go in (VARIANT-MODEL-nN-TAG).")
 @o.outputs("one row per configuration", html="bench", progress=True)
 def bench(**kwargs: Any) -> None:
@@ -180,7 +194,7 @@ def bench(**kwargs: Any) -> None:
 @cli.command(epilog=exits(""))
 @click.argument("run_paths", metavar="[RUN]...", nargs=-1, type=o.FOLDER)
 @o.model_option(None, "Parameters counted from its definition. ")
-@o.memory_options()
+@g.memory_options()
 @o.outputs("the estimates, or each run's ranks beside its estimate")
 def memory(run_paths: tuple[Path, ...], **kwargs: Any) -> None:
     """Bytes per rank for DDP and ZeRO stages 1-3 (parameters, gradients, optimizer state) and

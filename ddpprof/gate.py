@@ -1,8 +1,15 @@
 """``ddpprof gate``: compare a run's metrics with a baseline under rules.
 
 A rule is ``METRIC OP RHS`` with OP one of ``>= <= > < ==`` and RHS a number, ``baseline``,
-``baseline + N``, ``baseline - N`` or ``baseline * N``; ``baseline`` is the metric's value in
-the matched baseline run.
+``baseline + N``, ``baseline - N``, ``baseline * N``, ``baseline + N%``, ``baseline - N%``, or
+``+N%``/``-N%`` alone (``baseline`` is the metric's value in the matched baseline run: ``step_ms
+<= +5%`` is ``step_ms <= baseline * 1.05``). METRIC is a column of a run (``overlap_pct``), or
+of one of its ranks (``overlap_pct[rank=1]``): :func:`metric_value` is the one lookup.
+
+With a significance level, a broken rule FAILs only when it is broken by more than the noise
+of the difference at that level (one-sided); otherwise its verdict is ``within noise``. The
+noise of a metric comes from the repeats merged by ``--aggregate median``, and for
+``step_ms`` from the run's profile (its steps and the run-to-run prior of ``ddpprof diff``).
 
 Both sides are ``ddpprof analyze --json`` documents (or a trace folder, analyzed on the spot).
 From each run the gate reads ``run``, ``variant``, ``status``, the configuration (``model``,
@@ -26,7 +33,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -35,8 +42,13 @@ from .json_input import read_json_bytes
 from .manifest import validation_problem
 from .report.table import Column
 
+if TYPE_CHECKING:
+    from .diff.noise import RunNoise
+    from .diff.profile import RunProfile
+
 DEFAULT_RULE = "overlap_pct >= baseline - 2"
-ANALYZE_SCHEMA, ANALYZE_VERSION = "ddpprof.analyze", 2
+#: Versions of ``analyze --json`` read: 2, and 3 (with ``step_ms`` and each run's profile).
+ANALYZE_SCHEMA, ANALYZE_VERSIONS = "ddpprof.analyze", (2, 3)
 #: Statuses a run may have and still be gated; None: no run.json (a foreign trace).
 GATEABLE_STATUSES = ("complete", None)
 _OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
@@ -44,9 +56,14 @@ _OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": opera
 #: The largest integer a float holds without overflow.
 _LARGEST = int(sys.float_info.max)
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_RULE = re.compile(rf"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<op>>=|<=|==|>|<)\s*"
-                   rf"(?:(?P<absolute>{_NUMBER})|baseline\s*(?:(?P<arith>[-+*])\s*"
-                   rf"(?P<operand>{_NUMBER}))?)\s*$")
+_METRIC = r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?"
+_RULE = re.compile(rf"^\s*(?P<metric>{_METRIC})\s*(?P<op>>=|<=|==|>|<)\s*"
+                   rf"(?:(?P<relative>[-+])\s*(?P<pct>{_NUMBER})\s*%"
+                   rf"|(?P<absolute>{_NUMBER})|baseline\s*(?:(?P<arith>[-+*])\s*"
+                   rf"(?P<operand>{_NUMBER})\s*(?P<percent>%)?)?)\s*$")
+#: ``name[key=value]``: a metric of one rank (``[rank=1]``); the one place a selector is read.
+_SELECTOR = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
+                       r"(?:\[\s*(?P<key>\w+)\s*=\s*(?P<value>[^\]]*?)\s*\])?$")
 
 
 # --- input ---------------------------------------------------------------------------------
@@ -108,27 +125,61 @@ class ConfigKey:
                 and getattr(self, name) != getattr(other, name)]
 
 
+def metric_value(row: dict[str, Any], metric: str, run: str, side: str) -> Any:
+    """The value of ``metric`` in the analyze row of ``run``: a column of the run, or with a
+    selector ``[rank=N]`` of its rank N (``per_rank``). Every metric a rule names is read
+    here (a selector ``[group=NAME]`` would be read here too)."""
+    match = _SELECTOR.match(metric)
+    if match is None:
+        raise UsageError(f"{metric!r} is not a metric name")
+    name, key, value = match["name"], match["key"], match["value"]
+    where = f"run {run!r}"
+    if key is not None:
+        if key != "rank" or not value.isdigit():
+            raise UsageError(f"{metric!r}: the only selector is [rank=N]")
+        ranks = [r for r in row.get("per_rank") or [] if r.get("rank") == int(value)]
+        if not ranks:
+            raise UsageError(f"{where}: no rank {value} in the {side} results")
+        row, where = ranks[0], f"{where}, rank {value},"
+    if name not in row:
+        raise UsageError(f"{where}: no metric {name!r} in the {side} results")
+    found = row[name]
+    if found is not None and not _is_number(found):
+        raise UsageError(f"{where}: {name} is not a number in the {side} results")
+    return found
+
+
 @dataclass(frozen=True)
 class GateRun:
     name: str
     key: ConfigKey
-    row: dict[str, Any]                     # the analyze row: metrics by name
-    #: For a median of repeats: how many repeats there were, and per metric how many were
-    #: numbers (the rest were null).
+    row: dict[str, Any]                     # the analyze row (a median of repeats: merged)
+    #: For a median of repeats: how many repeats there were, and their own rows.
     repeats: int | None = None
-    used: dict[str, int] = field(default_factory=dict)
+    members: list[dict[str, Any]] = field(default_factory=list)
+
+    def values(self, metric: str, side: str) -> list[float | None]:
+        """The metric in each repeat (one value without repeats)."""
+        return [metric_value(row, metric, self.name, side) for row in self.members or [self.row]]
 
     def metric(self, metric: str, side: str) -> float | None:
-        if metric not in self.row:
-            raise UsageError(f"run {self.name!r}: no metric {metric!r} in the {side} results")
-        value = self.row[metric]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise UsageError(f"run {self.name!r}: {metric} is not a number in the {side} "
-                             "results")
-        return value
+        numbers = [v for v in self.values(metric, side) if v is not None]
+        if not self.members:
+            return numbers[0] if numbers else None
+        return statistics.median(numbers) if numbers else None
 
     def repeats_used(self, metric: str) -> str | None:
-        return None if self.repeats is None else f"{self.used.get(metric, 0)}/{self.repeats}"
+        if self.repeats is None:
+            return None
+        used = sum(v is not None for v in self.values(metric, "current"))
+        return f"{used}/{self.repeats}"
+
+    def profiles(self) -> list[RunProfile]:
+        """The profiles (``ddpprof diff``'s parts) of its repeats, where the rows hold one."""
+        from .diff.profile import profile_of_row
+
+        found = [profile_of_row(row, self.name) for row in self.members or [self.row]]
+        return [p for p in found if p is not None]
 
 
 def load_runs(path: Path, must_be_json: bool = False) -> list[GateRun]:
@@ -156,9 +207,9 @@ def runs_of(document: Any, source: str) -> list[GateRun]:
         decoded = msgspec.convert(document, AnalyzeDocument)
     except msgspec.ValidationError as error:
         raise UsageError(f"{source}: {validation_problem(error)}") from None
-    if decoded.version != ANALYZE_VERSION:
+    if decoded.version not in ANALYZE_VERSIONS:
         raise UsageError(f"{source}: analyze schema version {decoded.version!r}, this ddpprof "
-                         f"reads version {ANALYZE_VERSION}")
+                         f"reads versions {', '.join(map(str, ANALYZE_VERSIONS))}")
     for unfinished in decoded.unfinished:
         _refuse_unfinished(source, unfinished.run, unfinished.status, unfinished.error)
     runs: list[GateRun] = []
@@ -219,12 +270,19 @@ class Rule:
     metric: str
     op: str
     absolute: float | None      # set for "METRIC OP NUMBER"
-    arith: str | None           # "+", "-", "*" or None for a plain "baseline"
+    arith: str | None           # "+", "-", "*" (a percentage too) or None for "baseline"
     operand: float
 
     @property
     def needs_baseline(self) -> bool:
         return self.absolute is None
+
+    @property
+    def slope(self) -> float:
+        """How much the threshold moves when the baseline moves by one."""
+        if self.absolute is not None:
+            return 0.0
+        return self.operand if self.arith == "*" else 1.0
 
     def threshold(self, baseline: float | None) -> float:
         if self.absolute is not None:
@@ -248,16 +306,25 @@ class Rule:
 
 
 def parse_rule(text: str) -> Rule:
+    """``METRIC OP RHS`` (see the module's docstring); a percentage of the baseline becomes
+    its factor (``+5%``: ``baseline * 1.05``)."""
     match = _RULE.match(text)
     if not match:
         raise UsageError(f"malformed rule {text!r}: expected METRIC OP RHS, OP one of "
-                         ">= <= > < ==, RHS a number or baseline [+|-|* NUMBER]")
+                         ">= <= > < ==, RHS a number, baseline [+|-|* NUMBER], "
+                         "baseline +|- NUMBER%, or +|-NUMBER%")
     absolute = float(match["absolute"]) if match["absolute"] is not None else None
-    operand = float(match["operand"] or 0)
+    arith, operand = match["arith"], float(match["operand"] or 0)
+    if match["pct"] is not None or match["percent"]:
+        sign = match["relative"] or arith
+        if sign == "*":
+            raise UsageError(f"malformed rule {text!r}: a percentage is added or taken away")
+        pct = float(match["pct"] or operand)
+        arith, operand = "*", 1 + (pct if sign == "+" else -pct) / 100
     if not all(math.isfinite(n) for n in (absolute or 0.0, operand)):
         raise UsageError(f"malformed rule {text!r}: its number is not finite")
     return Rule(text=text.strip(), metric=match["metric"], op=match["op"], absolute=absolute,
-                arith=match["arith"], operand=operand)
+                arith=arith, operand=operand)
 
 
 # --- evaluation ----------------------------------------------------------------------------
@@ -269,15 +336,19 @@ class Verdict:
     baseline: float | None
     current: float | None
     threshold: float | None
-    verdict: str                # "pass", "FAIL" or "n/a" (the metric is n/a on both sides)
+    #: "pass", "FAIL", "within noise" (broken, by less than the noise at the significance
+    #: level) or "n/a" (the metric is n/a on both sides)
+    verdict: str
     baseline_repeats: str | None = None     # "2/3": repeats whose metric was a number
     current_repeats: str | None = None
-
+    margin: float | None = None             # the noise allowed at the significance level
+    noise: str | None = None                # where it came from; "none" when unknown
 
 
 COLUMNS = [Column("rule"), Column("run"), Column("baseline"), Column("current"),
            Column("threshold"), Column("verdict")]
 REPEAT_COLUMNS = [Column("baseline_repeats"), Column("current_repeats")]
+NOISE_COLUMNS = [Column("margin"), Column("noise", wide=True)]
 
 
 def aggregate(runs: list[GateRun]) -> list[GateRun]:
@@ -293,14 +364,13 @@ def aggregate(runs: list[GateRun]) -> list[GateRun]:
         name = key.variant if variants.count(key.variant) == 1 \
             else f"{key.variant} [{key.describe()}]"
         row: dict[str, Any] = {"run": name}
-        used: dict[str, int] = {}
         for metric in dict.fromkeys(k for m in members for k in m.row):
             values = [m.row.get(metric) for m in members]
             if all(v is None or _is_number(v) for v in values):
                 numbers = [v for v in values if v is not None]
                 row[metric] = statistics.median(numbers) if numbers else None
-                used[metric] = len(numbers)
-        merged.append(GateRun(name, key, row, repeats=len(members), used=used))
+        merged.append(GateRun(name, key, row, repeats=len(members),
+                              members=[m.row for m in members]))
     return merged
 
 
@@ -332,10 +402,16 @@ def match_runs(current: list[GateRun], baseline: list[GateRun]
 
 
 def evaluate(rules: list[Rule], current: list[GateRun], baseline: list[GateRun],
-             tolerance: float = 0.0) -> list[Verdict]:
+             tolerance: float = 0.0, significance: float | None = None,
+             noise: RunNoise | None = None) -> list[Verdict]:
     """Every rule on every matched pair. A metric that is n/a (null) on both sides is n/a; one
     that is n/a now but was a number in the baseline FAILs (it vanished); a rule that needs
-    the baseline's value where the baseline has none is an error."""
+    the baseline's value where the baseline has none is an error. With ``significance``, a
+    broken rule FAILs only beyond the noise (``gate_noise``; ``noise``: the prior of
+    ``ddpprof diff`` for ``step_ms``, its default when None)."""
+    from .diff.noise import DEFAULT_NOISE
+    from .gate_noise import margin_of
+
     pairs = match_runs(current, baseline)
     if not pairs:
         raise UsageError("no run to compare: both sides hold no complete run")
@@ -355,9 +431,13 @@ def evaluate(rules: list[Rule], current: list[GateRun], baseline: list[GateRun],
                 raise UsageError(f"run {now.name!r}: {rule.metric} is n/a in the baseline "
                                  f"results only, so '{rule.text}' has no threshold")
             threshold = rule.threshold(reference)
-            verdict = "pass" if rule.holds(value, threshold, tolerance) else "FAIL"
+            margin, source = (None, None) if significance is None else margin_of(
+                rule, now, before, significance, noise or DEFAULT_NOISE)
+            verdict = "pass" if rule.holds(value, threshold, tolerance) else (
+                "within noise" if margin and rule.holds(value, threshold, tolerance + margin)
+                else "FAIL")
             verdicts.append(Verdict(rule.text, now.name, reference, value, threshold, verdict,
-                                    **counts))
+                                    margin=margin, noise=source, **counts))
     return verdicts
 
 

@@ -1,44 +1,35 @@
 """Reading the JSON documents commands take as input (``gate --baseline``, ``simulate
---measured``): regular files only, read up to a cap, so that a FIFO, a device or a file that
-never ends is one line naming it, never a hang or a read until memory runs out.
+--measured``, ``calibration.json``, a run's ``run.json``): every one goes through
+:func:`read_json_bytes`, which reads regular files only, up to a cap, as traces are read (see
+``ddpprof.trace.io``): a FIFO, a device, a file that never ends or one that changes while it
+is read is one line naming it, never a hang or a read until memory runs out.
 
 The cap is ``DDPPROF_MAX_JSON_BYTES`` (default 256 MiB: an analysis of a thousand runs is a few
-MiB).
+MiB), or a smaller one a caller gives (a run manifest is at most ``MAX_MANIFEST_BYTES``).
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
-from .errors import UsageError, describe_os_error
+from .errors import TraceError, UsageError
+from .trace.io import byte_cap, read_regular_file
 
 DEFAULT_MAX_JSON_BYTES = 256 * 2**20
+MAX_JSON_BYTES_ENV = "DDPPROF_MAX_JSON_BYTES"
 
 
 def max_json_bytes() -> int:
-    try:
-        return max(1, int(os.environ.get("DDPPROF_MAX_JSON_BYTES", DEFAULT_MAX_JSON_BYTES)))
-    except ValueError:
-        raise UsageError("DDPPROF_MAX_JSON_BYTES: not a whole number of bytes") from None
+    return byte_cap(MAX_JSON_BYTES_ENV, DEFAULT_MAX_JSON_BYTES)
 
 
-def read_json_bytes(path: Path) -> bytes:
+def read_json_bytes(path: Path, limit: int | None = None) -> bytes:
     """The bytes of ``path``; a ``UsageError`` naming it when it is not a regular file, cannot
-    be read, or holds more than the cap."""
-    limit = max_json_bytes()
+    be read, changes while it is read, or holds more than ``limit`` bytes (by default
+    :func:`max_json_bytes`)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as error:
-        raise UsageError(describe_os_error(path, error)) from None
-    with os.fdopen(fd, "rb") as stream:
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise UsageError(f"{path}: not a regular file")
-            data = stream.read(limit + 1)
-        except OSError as error:
-            raise UsageError(describe_os_error(path, error)) from None
-    if len(data) > limit:
-        raise UsageError(f"{path}: more than {limit:,} bytes (DDPPROF_MAX_JSON_BYTES)")
-    return data
+        if limit is None:
+            return read_regular_file(path, max_json_bytes(), MAX_JSON_BYTES_ENV)
+        return read_regular_file(path, limit, None)
+    except TraceError as error:
+        raise UsageError(str(error)) from None

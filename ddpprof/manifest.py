@@ -46,6 +46,8 @@ from typing import Any, Literal
 import msgspec
 
 from .errors import UsageError
+from .json_input import read_json_bytes
+from .processes import stat_fields, state_of
 from .record.config import RunConfig, decode_hook
 from .units import MIB
 
@@ -115,6 +117,47 @@ class BucketRecord(msgspec.Struct, kw_only=True):
     param_dtypes: list[str] | None = None  # each parameter's dtype (``float32``); version 3
 
 
+class MeshGroup(msgspec.Struct, kw_only=True):
+    """One process group of a mesh dimension: the ranks whose collectives along that dimension
+    run together."""
+
+    name: str                           # the dimension and the group's index: "dp0", "tp1"
+    ranks: list[int]                    # global ranks, in the group's own rank order
+    #: c10d's name of the group: a trace's ``distributedInfo.pg_config[].pg_name``, and the
+    #: "Process Group Name" of an NCCL trace's ``record_param_comms``.
+    pg_name: str | None = None
+    #: c10d's description of the group ("mesh_dp"): ``pg_config[].pg_desc``, NCCL's
+    #: "Process Group Description".
+    pg_desc: str | None = None
+
+
+class MeshDim(msgspec.Struct, kw_only=True):
+    """One dimension of a device mesh: its name, size, process groups and collectives."""
+
+    name: str                           # "dp", "tp"
+    size: int                           # ranks in each of its groups
+    groups: list[MeshGroup]             # ordered by index: "dp0", "dp1", ...
+    #: The ``record_function`` span that encloses every collective the training thread issues
+    #: along this dimension in a ddpprof trace ("ddpprof::group tp"); None where there is none.
+    span: str | None = None
+    #: Collectives each rank issues along this dimension per optimizer step, by kind (the last
+    #: step's, all micro-steps); the run's ``measured.collectives_per_sync`` is their sum.
+    collectives_per_step: dict[str, int | None] | None = None
+
+
+class MeshRecord(msgspec.Struct, kw_only=True):
+    """``run.json``'s ``mesh``: the device mesh of a run over several process groups
+    (``fsdp_tp``'s data-parallel × tensor-parallel mesh); absent for one group."""
+
+    dims: list[MeshDim]                 # outermost first, as the mesh is shaped
+    #: The mesh's ranks, row-major: the rank at coordinate (i, j) is
+    #: ``ranks[i * dims[1].size + j]``.
+    ranks: list[int]
+    #: Elements of the parameters that tensor parallelism splits (each rank of a tensor-parallel
+    #: group holds 1/size of them before FSDP shards); the others are whole on every such rank.
+    tp_split_parameters: int | None = None
+
+
 class RunMeasurements(msgspec.Struct, kw_only=True):
     """What the ranks reported of the run and of where it ran (rank 0 hands it over when the
     run ends); every field may be absent (None) in a file."""
@@ -179,18 +222,15 @@ class RunManifest(msgspec.Struct, kw_only=True):
     traces: list[str] | None = None
     memory: list[MemoryRow] | None = None
     buckets: list[BucketRecord] | None = None
+    mesh: MeshRecord | None = None
 
 
 def read_manifest(path: Path) -> RunManifest:
     """Decode the run.json at ``path``; every problem is a ``UsageError`` naming the file (and
     the field, for a wrong type)."""
+    data = read_json_bytes(path, MAX_MANIFEST_BYTES)
     try:
-        size = path.stat().st_size
-        if size > MAX_MANIFEST_BYTES:
-            raise UsageError(f"{path}: {size:,} bytes is too large for a run manifest")
-        document = json.loads(path.read_bytes())  # json, not msgspec: older files hold NaN
-    except OSError as error:
-        raise UsageError(f"{path}: cannot be read ({error.strerror or error})") from None
+        document = json.loads(data)  # json, not msgspec: older files hold NaN
     except (ValueError, RecursionError) as error:
         raise UsageError(f"{path}: not JSON ({error})") from None
     return manifest_from_json(document, path)
@@ -332,7 +372,7 @@ def owner_is_gone(owner: Owner) -> bool:
         pass  # another user's process: it exists
     if owner.boot_id is not None and owner.boot_id != _boot_id():
         return True  # the machine rebooted since
-    if _process_state(owner.pid) == "Z":
+    if state_of(owner.pid) == "Z":
         return True
     started = process_start_ticks(owner.pid)
     return None not in (owner.start_ticks, started) and started != owner.start_ticks
@@ -342,7 +382,7 @@ def process_start_ticks(pid: int) -> int | None:
     """When the kernel started process ``pid``, in clock ticks after boot (``/proc/<pid>/stat``
     field 22; exact, unlike a wall-clock time, which moves when the clock is set); None where
     that cannot be read."""
-    fields = proc_stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[19]) if fields else None
 
 
@@ -350,20 +390,6 @@ def now_iso() -> str:
     from datetime import UTC, datetime
 
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def proc_stat_fields(pid: int) -> list[str] | None:
-    """``/proc/<pid>/stat`` after the command name, so index 0 is field 3 (the state)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()
-
-
-def _process_state(pid: int) -> str | None:
-    fields = proc_stat_fields(pid)
-    return fields[0] if fields else None
 
 
 def _boot_id() -> str | None:

@@ -212,12 +212,27 @@ def find_runs(paths: list[Path]) -> list[Path]:
 
 def recorded_estimate(manifest: RunManifest) -> StageEstimate | None:
     """The estimate for a recorded run's variant, parameters and world size (fp32 AdamW, as
-    ``record`` trains); None when the manifest does not say enough."""
+    ``record`` trains); None when the manifest does not say enough.
+
+    A tensor-parallel run (``fsdp_tp``) is estimated for one rank of a tensor-parallel group:
+    its model is Ψ' = ⌈Ψ_split/T⌉ + (Ψ − Ψ_split) parameters (``mesh.tp_split_parameters``
+    split over the T ranks of the group, the rest whole on each), which FSDP shards over the
+    N/T data-parallel ranks: ZeRO-3 at Ψ' and N/T. Its communication figure is then the
+    data-parallel dimension's only (tensor parallelism's all-reduces carry activations)."""
     config, measured = manifest.config, manifest.measured
     parameters = measured.parameters if measured else None
     if config is None or config.variant not in VARIANTS or not parameters:
         return None
-    return estimate_stage(parameters, config.world_size, VARIANTS[config.variant].zero_stage,
+    world_size = config.world_size
+    if VARIANTS[config.variant].tensor_parallel:
+        mesh = manifest.mesh
+        tp = next((dim.size for dim in mesh.dims if dim.name == "tp"), None) if mesh else None
+        if mesh is None or tp is None or mesh.tp_split_parameters is None:
+            return None
+        split = mesh.tp_split_parameters
+        parameters = shard_numel(split, tp) + parameters - split
+        world_size //= tp
+    return estimate_stage(parameters, world_size, VARIANTS[config.variant].zero_stage,
                           RECORDED_PRECISION, RECORDED_OPTIMIZER)
 
 
@@ -233,7 +248,9 @@ def compare_run(path: Path) -> RunComparison:
         raise UsageError(f"{manifest_path}: unknown variant {variant!r}")
     estimate = recorded_estimate(manifest)
     if estimate is None:
-        raise UsageError(f"{manifest_path}: no parameter count (measured.parameters)")
+        raise UsageError(f"{manifest_path}: no parameter count (measured.parameters)" + (
+            ", or a tensor-parallel run's 'mesh'" if VARIANTS[variant].tensor_parallel
+            else ""))
     rows = manifest.memory
     if not rows:
         raise UsageError(f"{manifest_path}: no 'memory' measurements (recorded by a ddpprof "

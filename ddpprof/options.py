@@ -126,6 +126,24 @@ class Endpoint(click.ParamType):
         return str(value)
 
 
+class InjectDelay(click.ParamType):
+    """``RANK:MS``: a rank and a delay in milliseconds (finite, at least 0), kept as text."""
+
+    name = "rank:ms"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        rank, _, ms = str(value).partition(":")
+        try:
+            delay = float(ms)
+        except ValueError:
+            delay = -1.0
+        if not rank.strip().isdigit() or not math.isfinite(delay) or delay < 0:
+            self.fail(f"{value!r} is not RANK:MS (a rank and a delay in ms, e.g. 1:20)",
+                      param, ctx)
+        return f"{int(rank)}:{delay:g}"
+
+
 class ByteSize(click.ParamType):
     """A size in bytes, as nccl-tests writes them: ``4096``, ``4K``, ``256M``, ``1G`` (binary:
     K = 1024 bytes), at least ``min`` bytes."""
@@ -179,8 +197,11 @@ NON_NEGATIVE_FLOAT = FiniteFloat(min=0)
 TIMEOUT_S = FiniteFloat(min=0, max=7 * 24 * 3600, min_open=True)
 #: A world size beyond any real cluster is bad input, not a question.
 WORLD_SIZE = click.IntRange(min=1, max=1 << 20)
+#: A confidence level (``--significance``), strictly between 0 and 1.
+LEVEL = FiniteFloat(min=0, max=1, min_open=True, max_open=True)
 RUN_NAME = RunName()
 ENDPOINT = Endpoint()
+INJECT_DELAY = InjectDelay()
 OUTPUT = click.Path(path_type=Path, allow_dash=True)
 FOLDER = click.Path(path_type=Path)
 
@@ -217,14 +238,20 @@ def list_option(*decls: str, item: click.ParamType, help: str, default: str | No
 
 def variant_option(default: str, bucketed: bool = False) -> Callable[[F], F]:
     """``--variant``: any of the registry's variants, or with ``bucketed`` those with buckets
-    (``all`` is then every bucketed one)."""
-    from .variants import BUCKETED_VARIANT_NAMES, VARIANT_NAMES
+    (``all`` is then every bucketed one, else every variant of ``VARIANTS_IN_ALL``)."""
+    from .variants import BUCKETED_VARIANT_NAMES, VARIANT_NAMES, VARIANTS_IN_ALL
 
-    offered = BUCKETED_VARIANT_NAMES if bucketed else VARIANT_NAMES
+    if bucketed:
+        offered = everything = BUCKETED_VARIANT_NAMES
+        note = ""
+    else:
+        offered, everything = VARIANT_NAMES, VARIANTS_IN_ALL
+        left_out = [name for name in VARIANT_NAMES if name not in VARIANTS_IN_ALL]
+        note = f"; all is every variant but the tensor-parallel {', '.join(left_out)}"
     return list_option("--variant", "variants", item=click.Choice(VARIANT_NAMES),
-                       everything=offered, default=default, metavar="VARIANT",
+                       everything=everything, default=default, metavar="VARIANT",
                        aliases=("--variants",),
-                       help=f"all, or of: {', '.join(offered)} (`ddpprof variants`).")
+                       help=f"all, or of: {', '.join(offered)} (`ddpprof variants`){note}.")
 
 
 def model_option(default: str | None, what: str = "") -> Callable[[F], F]:
@@ -303,6 +330,15 @@ def keep_last_step_option() -> Callable[[F], F]:
                         help="Analyze the last ProfilerStep too (HTA drops it by default).")
 
 
+def run_noise_option() -> Callable[[F], F]:
+    """``--run-noise PCT``: the prior of ``ddpprof.diff.noise`` for another machine."""
+    return click.option("--run-noise", "run_noise_pct", type=NON_NEGATIVE_FLOAT,
+                        metavar="PCT",
+                        help="Run-to-run noise of a recording's mean, % of each part, for "
+                             "this machine [default: 26.2, measured on a shared 2-core CPU "
+                             "machine; see docs/diff.md#noise].")
+
+
 def world_size_option(help: str) -> Callable[[F], F]:
     return list_option("--world-size", "world_sizes", item=WORLD_SIZE, sort=True, metavar="N",
                        help=help)
@@ -330,141 +366,6 @@ def config_options(fields: Sequence[dataclasses.Field[Any]], only: Iterable[str]
         return command
 
     return decorate
-
-
-def _stack(*chosen: Callable[[F], F]) -> Callable[[F], F]:
-    def decorate(command: F) -> F:
-        for option in reversed(chosen):
-            command = option(command)
-        return command
-
-    return decorate
-
-
-def sweep_size_options() -> Callable[[F], F]:
-    """``calibrate``'s sizes and repetitions (nccl-tests' ``-b -e -f -w -n``)."""
-    return _stack(
-        click.option("--min-bytes", default="4K", show_default=True, type=ByteSize(min=4),
-                     help="Smallest all-reduce (4096, 4K, 1M, ...)."),
-        click.option("--max-bytes", default="256M", show_default=True, type=ByteSize(min=4),
-                     help="Largest all-reduce."),
-        click.option("--step-factor", default=2.0, show_default=True,
-                     type=FiniteFloat(min=1, min_open=True),
-                     help="Each size is the previous one times this."),
-        click.option("--warmup-iters", default=5, show_default=True, type=NON_NEGATIVE_INT,
-                     help="Untimed calls per size."),
-        click.option("--iters", default=20, show_default=True, type=POSITIVE_INT,
-                     help="Timed calls per size (their median is the size's time)."))
-
-
-def cost_model_options() -> Callable[[F], F]:
-    """Where ``simulate`` takes its cost model and its measured points from."""
-    return _stack(
-        click.option("--calibration", type=FOLDER,
-                     help="A `ddpprof calibrate` file [default: calibration.json in the run "
-                          "folder or its parent, else a fit over the run's collectives, else "
-                          "a sweep now]."),
-        click.option("--bandwidth-gbps", type=POSITIVE_FLOAT,
-                     help="Use this bus bandwidth (GB/s) instead of a calibration or fit."),
-        click.option("--latency-us", type=NON_NEGATIVE_FLOAT,
-                     help="Use this per-call latency (µs) instead of a calibration or fit."),
-        click.option("--shared-cores", type=POSITIVE_INT, metavar="C",
-                     help="Every rank, at any world size, shares these C cores (the ranks of a "
-                          "CPU run on one host): where the ranks' threads outnumber them, all "
-                          "work slows in proportion. [default: each rank brings its own]"),
-        click.option("--ready-order", is_flag=True,
-                     help="Bucket gradients in the order they become ready, not in reverse "
-                          "registration order (what PyTorch's Reducer and bucket_ddp_async "
-                          "do)."),
-        click.option("--measured", type=FOLDER,
-                     help="A `ddpprof sweep --json` file: measured points to compare and draw."))
-
-
-def analysis_options() -> Callable[[F], F]:
-    """How ``analyze`` reads the traces and where it runs."""
-    return _stack(
-        click.option("--per-step", is_flag=True, help="Also break each ProfilerStep down."),
-        click.option("--hta-compat", is_flag=True,
-                     help="Reproduce HTA 0.5.0's defaults: timestamps rounded inward to whole "
-                          "µs, only NCCL kernels as communication."),
-        click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX",
-                     help="Also count kernels whose name matches REGEX as communication. "
-                          "Repeatable."),
-        click.option("--engine", type=click.Choice(["native", "hta"]), default="native",
-                     show_default=True,
-                     help="hta: HolisticTraceAnalysis computes the GPU shares."),
-        keep_last_step_option(),
-        click.option("--critical-path", is_flag=True,
-                     help="Also each step's critical path across ranks (see `ddpprof "
-                          "critical-path`)."),
-        click.option("--jobs", type=POSITIVE_INT, help="Ranks analyzed in parallel."),
-        click.option("--scheduler", envvar="DDPPROF_SCHEDULER", metavar="ADDRESS",
-                     help="Analyze the ranks on this Dask cluster (tcp://host:8786) [env: "
-                          "DDPPROF_SCHEDULER]; the workers read the traces."))
-
-
-def edit_options(each: str) -> Callable[[F], F]:
-    """The graph edits ``critical-path`` and ``simulate`` replay (``ddpprof.graph.whatif``);
-    ``each`` says what one of them gives."""
-    return _stack(
-        click.option("--faster", multiple=True, metavar="CLASS=PCT",
-                     help="Replay with the work of CLASS (gemm or compute) PCT % shorter, e.g. "
-                          f"gemm=20. Repeatable: {each}."),
-        click.option("--faster-network", multiple=True, metavar="PCT",
-                     help=f"Replay with every collective's transfer PCT % shorter. Repeatable: "
-                          f"{each}."),
-        click.option("--rank-delay", multiple=True, metavar="RANK=US",
-                     help="Replay with RANK starting its step US µs later (negative: sooner). "
-                          f"Repeatable: {each}."))
-
-
-def what_if_options() -> Callable[[F], F]:
-    """``critical-path``'s edits to replay, and its graph output."""
-    return _stack(
-        edit_options("one replay each"),
-        click.option("--graph-json", type=OUTPUT, metavar="FILE|-",
-                     help="Write every step's dependency graph as JSON (- for standard "
-                          "output)."))
-
-
-def gate_options() -> Callable[[F], F]:
-    """The gate's baseline and rules."""
-    return _stack(
-        click.option("--baseline", required=True, type=FOLDER,
-                     help="A `ddpprof analyze --json` file."),
-        click.option("--rule", "rules", multiple=True,
-                     help="METRIC OP RHS, e.g. 'overlap_pct >= baseline - 2' or 'compute_pct "
-                          ">= 60'. Repeatable. [default: overlap_pct >= baseline - 2]"),
-        click.option("--tolerance", default=0.0, show_default=True, type=NON_NEGATIVE_FLOAT,
-                     help="Slack, in each metric's units, before a rule counts as broken."),
-        click.option("--aggregate", type=click.Choice(["none", "median"]), default="none",
-                     show_default=True, help="median: the repeats of each variant and "
-                                             "configuration become their median."))
-
-
-def bench_options() -> Callable[[F], F]:
-    """``bench``'s repetitions, warm-up and profiled run."""
-    return _stack(
-        click.option("--repeats", default=3, show_default=True, type=POSITIVE_INT,
-                     help="Timed runs per configuration, interleaved."),
-        click.option("--warmup-steps", default=2, show_default=True, type=NON_NEGATIVE_INT,
-                     help="Steps left out of every timing."),
-        click.option("--overhead/--no-overhead", default=True, show_default=True,
-                     help="One profiled run per configuration, for the profiler's overhead."))
-
-
-def memory_options() -> Callable[[F], F]:
-    """What ``memory`` estimates for, beside ``--model`` and ``--world-size``."""
-    return _stack(
-        click.option("--model-path", type=FOLDER,
-                     help="A local Hugging Face checkpoint folder (parameters counted on the "
-                          "meta device; needs the [record] extra)."),
-        world_size_option("Ranks N."),
-        list_option("--precision", "precisions", item=click.Choice(["fp32", "bf16-mixed"]),
-                    metavar="P", help="fp32 or bf16-mixed [default: both]."),
-        list_option("--optimizer", "optimizers",
-                    item=click.Choice(["adamw", "sgd-momentum", "sgd"]), metavar="O",
-                    help="adamw, sgd-momentum or sgd (no momentum) [default: all]."))
 
 
 def exits(one: str) -> str:

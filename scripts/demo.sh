@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The main job, end to end on CPU: every variant on mlp-small with 2 gloo ranks, analyzed.
+# The main job, end to end on CPU: every variant on mlp-small with 2 gloo ranks, analyzed
+# (--variant all: every variant but fsdp_tp, whose data-parallel x tensor-parallel mesh needs 4
+# ranks to have both; ddpprof record --variant fsdp_tp --nproc 4 records it).
 #
 # Killing it at any moment leaves no process behind and no run that looks complete or stays
 # running: a signal to this script is passed to the step that runs (ddpprof record then stops

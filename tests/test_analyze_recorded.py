@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpprof.variants import VARIANT_NAMES
+from ddpprof.variants import VARIANTS_IN_ALL
 
 pytestmark = pytest.mark.slow
 
@@ -30,9 +30,9 @@ def analyzed(all_variants, tmp_path_factory):
 
 def test_every_variant_is_analyzed_as_a_cpu_run(analyzed):
     runs, document, _, _ = analyzed
-    assert document["schema"] == "ddpprof.analyze" and document["version"] == 2
+    assert document["schema"] == "ddpprof.analyze" and document["version"] == 3
     assert document["errors"] == []
-    assert sorted(runs) == sorted(VARIANT_NAMES)
+    assert sorted(runs) == sorted(VARIANTS_IN_ALL)
     for name, run in runs.items():
         assert run["kind"] == "cpu" and run["variant"] == name
         assert run["steps"] == 1 and run["last_step"] == "dropped"  # 2 active, last dropped
@@ -106,5 +106,5 @@ def test_python_api_returns_a_dataframe(all_variants):
 
     out, _ = all_variants
     frame = ddpprof.analyze(out)
-    assert sorted(frame["run"]) == sorted(VARIANT_NAMES)
+    assert sorted(frame["run"]) == sorted(VARIANTS_IN_ALL)
     assert {"compute_pct", "overlap_pct", "all_reduce_calls_per_step"} <= set(frame.columns)

@@ -18,8 +18,8 @@ from ddpprof.options import ListOf
 from ddpprof.variants import VARIANT_NAMES
 
 COMMANDS: dict[str, click.Command] = cli.commands
-WORKFLOW = ["record", "analyze", "critical-path", "gate", "simulate", "calibrate", "sweep",
-            "bench", "memory", "variants"]
+WORKFLOW = ["record", "analyze", "critical-path", "diff", "gate", "simulate", "calibrate",
+            "sweep", "bench", "memory", "variants"]
 
 
 def _options(command: click.Command) -> dict[str, click.Option]:
@@ -65,7 +65,7 @@ def test_every_result_has_json_and_every_table_csv_markdown_and_wide():
             assert not options[opt].is_flag and isinstance(options[opt].type, click.Path), name
         assert options["--wide"].is_flag, name
     assert {n for n, c in COMMANDS.items() if "--html" in _options(c)} == {
-        "analyze", "critical-path", "simulate", "calibrate", "sweep", "bench"}
+        "analyze", "critical-path", "diff", "simulate", "calibrate", "sweep", "bench"}
     for name, command in COMMANDS.items():
         options = _options(command)
         if "--html" in options:  # a flag, so it never takes the path that follows it

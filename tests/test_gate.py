@@ -48,7 +48,7 @@ def test_identical_results_pass(files, ddpprof_cli, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "all 3 checks passed"
     document = json.loads((tmp_path / "gate.json").read_text())
-    assert (document["schema"], document["version"]) == ("ddpprof.gate", 1)
+    assert (document["schema"], document["version"]) == ("ddpprof.gate", 2)
     assert (document["checks"], document["failed"]) == (3, 0)
     assert document["rules"] == ["overlap_pct >= baseline - 2"]
     # threshold = baseline - 2; single has no communication on either side: n/a, not a failure

@@ -57,23 +57,36 @@ def write_run(folder: Path, steps: int = 4, ranks: int = 2) -> Path:
 
 @pytest.fixture
 def count_opens(monkeypatch, tmp_path):
-    """From the call on, every JSON file opened, in this process and in the processes it
-    forks, is logged (one line per open) to a file; the call returns a function that counts
-    them by path."""
+    """From the call on, every JSON file opened (with ``open``, or read as a trace by
+    ``ddpprof.trace.io.opened``, which reads in place with ``pread``), in this process and in
+    the processes it forks, is logged (one line per open) to a file; the call returns a
+    function that counts them by path."""
     log = tmp_path / "opened.log"
 
     def start():
         original = io.open
 
-        def logging_open(file, *args, **kwargs):
+        from ddpprof.trace import io as trace_io
+
+        original_opened = trace_io.opened
+
+        def logged(file) -> None:
             if isinstance(file, str | Path) and str(file).endswith(".json"):
                 descriptor = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
                 os.write(descriptor, f"{Path(file).resolve()}\n".encode())
                 os.close(descriptor)
+
+        def logging_open(file, *args, **kwargs):
+            logged(file)
             return original(file, *args, **kwargs)
+
+        def logging_opened(path, *args, **kwargs):   # where the loader reads a trace's bytes
+            logged(path)
+            return original_opened(path, *args, **kwargs)
 
         monkeypatch.setattr(io, "open", logging_open)
         monkeypatch.setattr("builtins.open", logging_open)
+        monkeypatch.setattr(trace_io, "opened", logging_opened)
         return lambda: Counter(log.read_text().splitlines()) if log.exists() else Counter()
 
     return start

@@ -1,5 +1,7 @@
-"""The loader's reading and slicing: the string-aware boundary scan, parallel slices and their
-fallback, gzip through isal or zlib, mmap versus bytes. Small synthetic traces only."""
+"""The loader's reading and slicing, through its public entry points: the string-aware
+boundary scan, quick cuts and the whole-document decode, slices decoded on several processes,
+gzip through isal or zlib, a file read in place or bytes in memory. Small synthetic traces
+only; a path is forced through ``Slicing``, never by patching the loader."""
 
 from __future__ import annotations
 
@@ -20,19 +22,27 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ddpprof import processes
 from ddpprof.errors import TraceError
-from ddpprof.trace import jsonscan, loader
+from ddpprof.trace import cache, io, jsonscan, parallel, sliced
+from ddpprof.trace.columns import Columns
+from ddpprof.trace.decode_events import Event
+from ddpprof.trace.loader import Slicing, load
+from ddpprof.trace.sliced import DEFAULT_SLICING
 
 COLUMNS = ("name_id", "category_id", "start_us", "end_us", "thread_id", "stream",
            "correlation", "has_correlation", "external_id")
+#: The whole-document decode in one slice on one process: no quick cut, no scan, no fork.
+REFERENCE = Slicing(slice_bytes=1 << 40, quick_cuts=False)
+#: Quick cuts that must hold (a fallback would be an error).
+QUICK_ONLY = Slicing(fall_back=False)
 
 
-@pytest.fixture(autouse=True)
-def _no_shared_reload(request, monkeypatch):
-    """Every load decodes (these tests compare decodes), except where the sharing is tested."""
-    monkeypatch.setattr(loader, "_LAST", None)
-    if "shared" not in request.node.name:
-        monkeypatch.setattr(loader, "_identity", lambda path: None)
+def _load(path: Path, workers: int = 1, slicing: Slicing = DEFAULT_SLICING):
+    """A fresh decode (these tests compare decodes): the trace kept from the last load is
+    dropped first."""
+    cache.clear()
+    return load(path, workers=workers, slicing=slicing)
 
 
 def _event(i: int, name: str = "op") -> dict[str, Any]:
@@ -86,29 +96,8 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
             assert a[key] == b[key], key
 
 
-def _reference(path: Path, monkeypatch) -> dict[str, Any]:
-    """The exact way, one worker, one slice: no guess, no scan, no parallelism."""
-    with monkeypatch.context() as patch:
-        patch.setattr(loader, "SLICE_BYTES", 1 << 40)
-        patch.setattr(loader, "_events_start", _no_guess)
-        return _columns(loader.load(path, workers=1))
-
-
-def _no_guess(raw):
-    raise loader._WrongGuess
-
-
-def _exact_way_calls(monkeypatch) -> list[int]:
-    """Counts the loads that fell back from the guessed cuts to the exact way."""
-    calls: list[int] = []
-    exact = loader._decode_events
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return exact(*args, **kwargs)
-
-    monkeypatch.setattr(loader, "_decode_events", counted)
-    return calls
+def _reference(path: Path) -> dict[str, Any]:
+    return _columns(_load(path, slicing=REFERENCE))
 
 
 def _plain_event(i: int) -> dict[str, Any]:
@@ -117,6 +106,13 @@ def _plain_event(i: int) -> dict[str, Any]:
     event = _event(i)
     del event["args"]["nested"]
     return event
+
+
+def _json_of(path: Path) -> bytes:
+    """The JSON a trace holds, as the loader reads it (gzip inflated)."""
+    limit = io.max_trace_bytes()
+    with io.opened(path, limit, io.MAX_TRACE_BYTES_ENV) as stored:
+        return bytes(io.json_bytes(stored, limit).whole())
 
 
 # ---- the boundary scan ---------------------------------------------------------------------
@@ -161,77 +157,116 @@ def test_scan_of_empty_array():
 
 # ---- slices, workers and the fallback ------------------------------------------------------
 
+def _scanned_slices(path: Path, target: int) -> int:
+    """How many slices the whole-document decode cuts ``path``'s events into."""
+    from ddpprof.trace.document import decode_document
+
+    return len(sliced.scanned_cuts(decode_document(_json_of(path), path)[0], target))
+
+
 @pytest.mark.parametrize("layout", ["compact", "pretty", "spaced"])
 @pytest.mark.parametrize("bare", [False, True])
-def test_columns_equal_across_slice_sizes_and_workers(tmp_path, monkeypatch, layout, bare):
+def test_columns_equal_across_slice_sizes_and_workers(tmp_path, layout, bare):
     path = _write(tmp_path, _text(_events(), layout, bare))
-    reference = _reference(path, monkeypatch)
+    reference = _reference(path)
     for slice_bytes in (300, 4096, 20_000):
-        monkeypatch.setattr(loader, "SLICE_BYTES", slice_bytes)
-        assert len(loader._slices(loader.decode(loader.read_bytes(path), path)[0],
-                                  slice_bytes)) > 1
-        for workers in (1, 2, 3):
-            _same(_columns(loader.load(path, workers=workers)), reference)
+        assert _scanned_slices(path, slice_bytes) > 1
+        for quick in (True, False):
+            for workers in (1, 2, 3):
+                slicing = Slicing(slice_bytes=slice_bytes, quick_cuts=quick)
+                _same(_columns(_load(path, workers, slicing)), reference)
 
 
-def test_trace_events_not_first_in_the_object(tmp_path, monkeypatch):
+def test_trace_events_not_first_in_the_object(tmp_path):
     events = _events(40)
     data = ('{"distributedInfo": {"rank": 3}, "traceEvents": '
             + json.dumps(events, separators=(",", ":")) + ', "x": [1, 2]}').encode()
     path = _write(tmp_path, data, "trace.json")
-    reference = _reference(path, monkeypatch)
-    monkeypatch.setattr(loader, "SLICE_BYTES", 500)
-    trace = loader.load(path, workers=2)
+    trace = _load(path, 2, Slicing(slice_bytes=500))
     assert trace.rank == 3
-    _same(_columns(trace), reference)
+    _same(_columns(trace), _reference(path))
 
 
 @pytest.mark.parametrize("layout", ["compact", "pretty", "spaced"])
 @pytest.mark.parametrize("bare", [False, True])
-def test_guessed_cuts_decode_alike_without_a_scan(tmp_path, monkeypatch, layout, bare):
+def test_quick_cuts_hold_on_events_like_kinetos(tmp_path, layout, bare):
+    # ``fall_back=False``: the whole-document decode (and its full scan) never runs
     events = [_plain_event(i) for i in range(300)]
     path = _write(tmp_path, _text(events, layout, bare))
-    reference = _reference(path, monkeypatch)
-    exact = _exact_way_calls(monkeypatch)
-    monkeypatch.setattr(jsonscan, "object_ends", None)       # the full scan must not run
+    reference = _reference(path)
     for slice_bytes, per_task in ((300, 1), (300, 8), (4096, 2), (1 << 20, 8)):
-        monkeypatch.setattr(loader, "SLICE_BYTES", slice_bytes)
-        monkeypatch.setattr(loader, "SLICES_PER_TASK", per_task)
         for workers in (1, 2, 3):
-            _same(_columns(loader.load(path, workers=workers)), reference)
-    assert not exact
+            slicing = Slicing(slice_bytes=slice_bytes, slices_per_task=per_task,
+                              fall_back=False)
+            _same(_columns(_load(path, workers, slicing)), reference)
+
+
+def test_quick_cuts_find_the_array_and_cut_between_events():
+    data = io.MemoryBytes("t.json", _text([_plain_event(i) for i in range(50)], "pretty"))
+    start = sliced.events_start(data)
+    assert bytes(data.read(start - 16, 17)).endswith(b'"traceEvents": [')
+    cuts = sliced.quick_cuts(data, start, 500)
+    assert len(cuts) > 5 and cuts[0][0] == start + 1 and cuts[-1][1] is None
+    for (begin, end), (after, _) in pairwise(cuts):
+        assert bytes(data.read(end, 1)) == b"," and after == end + 1
+        assert all(event["ph"] == "X" for event in json.loads(bytes(data.framed(begin, end))))
+
+
+def test_spilled_columns_read_back_whole_and_writable():
+    columns = Columns()
+    columns.add(msgspec.json.decode(_text([_plain_event(i) for i in range(40)], "compact",
+                                          bare=True), type=list[Event]))
+    descriptor = parallel.spill_descriptor()
+    try:
+        spill = parallel.Spill(descriptor)
+        spill.write(8, columns)
+        spill.file.flush()
+        [(key, back)] = parallel.Spill.read(descriptor, spill.index).items()
+    finally:
+        os.close(descriptor)
+    assert key == 8 and back.names == columns.names and back.count == columns.count
+    for part in ("ts", "name", "correlation"):
+        np.testing.assert_array_equal(back.column(part), columns.column(part))
+    back.parts["ts"][0][0] += 1              # the process's own: writable
+
+
+def _decoded_by(path: Path, workers: int, slicing: Slicing) -> tuple[Any, set[int]]:
+    """The trace, and the processes that decoded a task of it (reported through a pipe)."""
+    reading, writing = os.pipe()
+
+    def tell(index: int) -> None:
+        os.write(writing, f"{os.getpid()}\n".encode())
+
+    try:
+        trace = _load(path, workers, Slicing(**{**slicing.__dict__, "before_task": tell}))
+    finally:
+        os.close(writing)
+    with os.fdopen(reading) as pipe:
+        return trace, {int(line) for line in pipe.read().split()}
 
 
 @pytest.mark.parametrize("memfd", [True, False])
-def test_children_spill_their_columns_to_a_file_the_parent_maps(tmp_path, monkeypatch, memfd):
+def test_forked_decoders_spill_their_columns_to_the_parent(tmp_path, monkeypatch, memfd):
     if not memfd:
         monkeypatch.delattr(os, "memfd_create", raising=False)  # a temporary file instead
     elif not hasattr(os, "memfd_create"):
         pytest.skip("no memfd_create here")
     path = _write(tmp_path, _text([_plain_event(i) for i in range(400)], "pretty"))
-    reference = _reference(path, monkeypatch)
-    monkeypatch.setattr(loader, "SLICE_BYTES", 400)
-    monkeypatch.setattr(loader, "SLICES_PER_TASK", 1)
-    spilled: list[int] = []
-    read = loader._Spill.read
-    monkeypatch.setattr(loader._Spill, "read", staticmethod(
-        lambda descriptor, index: spilled.append(len(index)) or read(descriptor, index)))
-    trace = loader.load(path, workers=3)
-    _same(_columns(trace), reference)
-    assert len(spilled) == 2 and sum(spilled) > 0
+    trace, decoders = _decoded_by(path, 3, Slicing(slice_bytes=400, slices_per_task=1))
+    _same(_columns(trace), _reference(path))
+    assert len(decoders) == 3 and os.getpid() in decoders
     trace.start_us[0] += 1          # columns are the process's own: writable
 
 
-def test_a_wrong_guess_falls_back_to_the_exact_way(tmp_path, monkeypatch):
-    # ``_event``'s arguments hold lists of objects: ``},{`` inside events, so guessed cuts
-    # land inside them, their slices fail to decode, and the exact way takes over.
+def test_a_wrong_quick_cut_falls_back_to_the_whole_document(tmp_path):
+    # ``_event``'s arguments hold lists of objects: ``},{`` inside events, so quick cuts
+    # land inside them, their slices fail to decode, and the whole-document decode takes over.
     path = _write(tmp_path, _text(_events(), "compact"))
-    reference = _reference(path, monkeypatch)
-    exact = _exact_way_calls(monkeypatch)
-    monkeypatch.setattr(loader, "SLICE_BYTES", 500)
+    reference = _reference(path)
     for workers in (1, 2):
-        _same(_columns(loader.load(path, workers=workers)), reference)
-    assert len(exact) == 2
+        with pytest.raises(TraceError, match="the quick cuts did not hold"):
+            _load(path, workers, Slicing(slice_bytes=500, fall_back=False))
+        _same(_columns(_load(path, workers, Slicing(slice_bytes=500))), reference)
 
 
 @pytest.mark.parametrize("document", [
@@ -243,60 +278,58 @@ def test_a_wrong_guess_falls_back_to_the_exact_way(tmp_path, monkeypatch):
     '{{"distributedInfo": {{"rank": 3}}, "traceEvents": {events}}}   \n',
     ' \n {events} \n',
 ])
-def test_events_found_wherever_they_are_in_the_document(tmp_path, monkeypatch, document):
+def test_events_found_wherever_they_are_in_the_document(tmp_path, document):
     events = json.dumps([_plain_event(i) for i in range(200)], separators=(",", ":"))
     path = _write(tmp_path, document.format(events=events).encode(), "trace.json")
-    reference = _reference(path, monkeypatch)
-    monkeypatch.setattr(loader, "SLICE_BYTES", 700)
+    reference = _reference(path)
     for workers in (1, 2):
-        trace = loader.load(path, workers=workers)
+        trace = _load(path, workers, Slicing(slice_bytes=700))
         _same(_columns(trace), reference)
         assert trace.rank == (3 if "rank" in document else None)
 
 
-def test_a_top_level_key_twice_or_trailing_garbage_is_decided_the_exact_way(tmp_path,
-                                                                             monkeypatch):
+def test_a_top_level_key_twice_or_trailing_garbage_is_decided_by_the_whole_document(
+        tmp_path):
     events = json.dumps([_plain_event(i) for i in range(50)])
-    exact = _exact_way_calls(monkeypatch)
     twice = _write(tmp_path, f'{{"traceEvents": [], "traceEvents": {events}}}'.encode())
-    _same(_columns(loader.load(twice)), _reference(twice, monkeypatch))
+    garbage = _write(tmp_path, f'{{"traceEvents": {events}}} x'.encode(), "g.json")
+    for path in (twice, garbage):
+        with pytest.raises(TraceError, match="the quick cuts did not hold"):
+            _load(path, slicing=QUICK_ONLY)
+    _same(_columns(_load(twice)), _reference(twice))
     with pytest.raises(TraceError, match="invalid JSON"):
-        loader.load(_write(tmp_path, f'{{"traceEvents": {events}}} x'.encode(), "g.json"))
-    assert len(exact) == 2
+        _load(garbage)
 
 
-def test_a_decoder_that_dies_is_a_one_line_error(tmp_path, monkeypatch):
+def test_a_decoder_that_dies_is_a_one_line_error(tmp_path):
     path = _write(tmp_path, _text([_plain_event(i) for i in range(300)], "compact"))
-    parent, decode = os.getpid(), loader._decode_pieces
+    parent = os.getpid()
 
-    def dies_in_the_child(array, pieces):
+    def dies_in_the_child(index: int) -> None:
         if os.getpid() != parent:
             os._exit(3)
-        return decode(array, pieces)
 
-    monkeypatch.setattr(loader, "_decode_pieces", dies_in_the_child)
-    monkeypatch.setattr(loader, "SLICE_BYTES", 300)
-    monkeypatch.setattr(loader, "SLICES_PER_TASK", 1)
+    slicing = Slicing(slice_bytes=300, slices_per_task=1, before_task=dies_in_the_child)
     with pytest.raises(TraceError, match=r"decoding process ended .*exit status 3"):
-        loader.load(path, workers=2)
+        _load(path, 2, slicing)
 
 
 _KILLED_PARENT = """
 import os, signal, sys, time
 from pathlib import Path
-from ddpprof.trace import loader
-loader.SLICE_BYTES, loader.SLICES_PER_TASK = 300, 1
-decode, parent = loader._decode_pieces, os.getpid()
-def stalls(array, pieces):
+from ddpprof.trace.decode_events import Event
+from ddpprof.trace.loader import Slicing, load
+from ddpprof.trace.sliced import DEFAULT_SLICING
+parent = os.getpid()
+def stalls(index):
     if os.getpid() != parent:
         print(os.getpid(), flush=True)
         time.sleep(60)
     else:
         time.sleep(0.5)
         os.kill(parent, signal.SIGKILL)
-    return decode(array, pieces)
-loader._decode_pieces = stalls
-loader.load(Path(sys.argv[1]), workers=2)
+load(Path(sys.argv[1]), workers=2, slicing=Slicing(slice_bytes=300, slices_per_task=1,
+                                                   before_task=stalls))
 """
 
 
@@ -314,56 +347,41 @@ def test_a_decoder_dies_with_its_parent(tmp_path):
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie is dead
-    except FileNotFoundError:
-        return False
+    return processes.state_of(pid) not in (None, "Z")          # a zombie is dead
 
 
 @pytest.mark.parametrize("error", [msgspec.DecodeError, OverflowError])
-def test_an_error_in_a_child_decoder_reaches_the_parent(tmp_path, monkeypatch, error):
+def test_an_error_in_a_child_decoder_reaches_the_parent(tmp_path, error):
     path = _write(tmp_path, _text([_plain_event(i) for i in range(300)], "compact"))
-    reference = _reference(path, monkeypatch)
-    parent, decode = os.getpid(), loader._decode_pieces
+    reference = _reference(path)
+    parent = os.getpid()
 
-    def fails_in_the_child(array, pieces):
+    def fails_in_the_child(index: int) -> None:
         if os.getpid() != parent:
             raise error("in the child")
-        return decode(array, pieces)
 
-    monkeypatch.setattr(loader, "_decode_pieces", fails_in_the_child)
-    monkeypatch.setattr(loader, "SLICE_BYTES", 300)
-    monkeypatch.setattr(loader, "SLICES_PER_TASK", 1)
-    if error is msgspec.DecodeError:   # a cut in the wrong place: decoded whole, here
-        _same(_columns(loader.load(path, workers=2)), reference)
+    slicing = Slicing(slice_bytes=300, slices_per_task=1, before_task=fails_in_the_child)
+    if error is msgspec.DecodeError:   # as a cut in the wrong place: decoded whole, here
+        _same(_columns(_load(path, 2, slicing)), reference)
     else:
         with pytest.raises(TraceError, match="out of range: in the child"):
-            loader.load(path, workers=2)
+            _load(path, 2, slicing)
 
 
-# ---- found by a hostile pass over the guessed way: each once gave another answer than the
-# exact way, or than another slicing, or an exception that was not a TraceError
+# ---- found by a hostile pass over the quick cuts: each once gave another answer than the
+# whole-document decode, or than another slicing, or an exception that was not a TraceError
 
-def _both_ways(path: Path, monkeypatch) -> tuple[Any, Any]:
-    """(exact way, one slice) and (guessed way, 200-byte slices, 2 workers): each the columns
-    or the TraceError's message."""
-    def outcome():
+def _both_ways(path: Path) -> tuple[Any, Any]:
+    """(whole document, one slice) and (quick cuts, 200-byte slices, 2 workers): each the
+    columns or the TraceError's message."""
+    def outcome(slicing: Slicing):
         try:
-            trace = loader.load(path, workers=2)
+            trace = _load(path, 2, slicing)
         except TraceError as error:
             return str(error)
         return {**_columns(trace), "ints": trace.timestamps_are_integers, "rank": trace.rank}
 
-    with monkeypatch.context() as patch:
-        patch.setattr(loader, "_events_start", _no_guess)
-        patch.setattr(loader, "SLICE_BYTES", 1 << 40)
-        exact = outcome()
-    with monkeypatch.context() as patch:
-        patch.setattr(loader, "SLICE_BYTES", 200)
-        patch.setattr(loader, "SLICES_PER_TASK", 1)
-        guessed = outcome()
-    return exact, guessed
+    return outcome(REFERENCE), outcome(Slicing(slice_bytes=200, slices_per_task=1))
 
 
 def _same_outcome(a: Any, b: Any) -> None:
@@ -392,84 +410,77 @@ _ODD = b'{"ph":"X","name":"bad","ts":"x","dur":1,"pad":"' + b"L" * 220 + b'"}'
     b'{"traceEvents":[{"ph":"X","ts":1,"dur":2,"args":{"x":' + b"[" * 1000 + b"]" * 1000
     + b"}}]}",
 ])
-def test_guessed_and_exact_ways_agree_on_hostile_documents(tmp_path, monkeypatch, data):
+def test_quick_cuts_and_whole_document_agree_on_hostile_documents(tmp_path, data):
     path = _write(tmp_path, data, "t.json")
-    exact, guessed = _both_ways(path, monkeypatch)
-    _same_outcome(exact, guessed)
+    whole, quick = _both_ways(path)
+    _same_outcome(whole, quick)
 
 
-def test_a_slice_of_values_that_are_not_events_is_no_error(tmp_path, monkeypatch):
-    # the exact way cuts after any object: a slice may hold only the trailing ``1``
+def test_a_slice_of_values_that_are_not_events_is_no_error(tmp_path):
+    # the whole-document decode cuts after any object: a slice may hold only the trailing 1
     data = b"[" + _EVENT[:-1] + b',"pad":"' + b"L" * 220 + b'"},1,2]'
     path = _write(tmp_path, data, "t.json")
-    monkeypatch.setattr(loader, "_events_start", _no_guess)
-    monkeypatch.setattr(loader, "SLICE_BYTES", 100)
-    assert len(loader._slices(memoryview(data), 100)) > 1
-    assert loader.load(path, workers=2).n_events == 1
+    assert len(sliced.scanned_cuts(memoryview(data), 100)) > 1
+    assert _load(path, 2, Slicing(slice_bytes=100, quick_cuts=False)).n_events == 1
     with pytest.raises(TraceError, match="no event objects"):
-        loader.load(_write(tmp_path, b"[1, 2, [3]]", "n.json"))
+        _load(_write(tmp_path, b"[1, 2, [3]]", "n.json"))
 
 
 def test_a_non_finite_number_is_repaired_outside_strings_only(tmp_path):
     data = b'{"traceEvents":[{"ph":"X","name":"a,inf]","ts":1,"dur":2,"args":{"b":NaN}}]}'
-    trace = loader.load(_write(tmp_path, data, "t.json"))
+    trace = _load(_write(tmp_path, data, "t.json"))
     assert trace.names == ["a,inf]"] and trace.n_events == 1
 
 
-def test_fallback_decodes_whole_when_a_slice_fails(tmp_path, monkeypatch):
+def test_whole_document_decodes_whole_when_a_scanned_cut_fails(tmp_path, monkeypatch):
+    # A scanned cut is always right on valid JSON; should one not be, the array is decoded
+    # whole. Wrong cuts are forced through the public cutting function.
     path = _write(tmp_path, _text(_events(), "compact"))
-    reference = _reference(path, monkeypatch)
-    monkeypatch.setattr(loader, "_events_start", _no_guess)
-    real = loader._slices
+    reference = _reference(path)
+    real = sliced.scanned_cuts
     calls: list[int] = []
 
-    def wrong_cuts(array, target=None):
-        pieces = real(array, 2000)
-        calls.append(len(pieces))
+    def wrong_cuts(array, target):
+        cuts = real(array, 2000)
+        calls.append(len(cuts))
         # move every cut 3 bytes into the next event: each slice is then invalid JSON
-        return [(a + (3 if i else 0), b + 3 if i < len(pieces) - 1 else b)
-                for i, (a, b) in enumerate(pieces)]
+        return [(a + (3 if i else 0), b + 3 if i < len(cuts) - 1 else b)
+                for i, (a, b) in enumerate(cuts)]
 
-    monkeypatch.setattr(loader, "_slices", wrong_cuts)
-    fell_back: list[bool] = []
-    whole = loader._decode_pieces
-
-    def spy(array, pieces):
-        fell_back.append(pieces == [(1, len(array) - 1)])
-        return whole(array, pieces)
-
-    monkeypatch.setattr(loader, "_decode_pieces", spy)
+    monkeypatch.setattr(sliced, "scanned_cuts", wrong_cuts)
     for workers in (1, 2):
-        fell_back.clear()
-        _same(_columns(loader.load(path, workers=workers)), reference)
-        assert fell_back[-1] and calls[-1] > 1
+        _same(_columns(_load(path, workers, Slicing(quick_cuts=False))), reference)
+        assert calls[-1] > 1
 
 
-def test_unscannable_array_is_one_slice(monkeypatch):
-    monkeypatch.setattr(jsonscan, "object_ends", lambda array: None)
-    data = memoryview(json.dumps(_events(30)).encode())
-    assert loader._slices(data, 100) == [(1, len(data) - 1)]
+def test_unscannable_array_is_one_slice():
+    data = memoryview(b'[{"a": 1}, {"b": "' + b"x" * 300 + b"}]")   # unbalanced: no scan
+    assert sliced.scanned_cuts(data, 100) == [(1, len(data) - 1)]
 
 
-def test_lenient_slice_among_strict_ones(tmp_path, monkeypatch):
+def test_lenient_slice_among_strict_ones(tmp_path):
     events = _events(100)
     events[57]["args"]["stream"] = [1, 2]    # an odd type in args: that slice is lenient
     events[58]["ts"] = "soon"
     path = _write(tmp_path, _text(events, "compact"))
-    reference = _reference(path, monkeypatch)
-    monkeypatch.setattr(loader, "SLICE_BYTES", 800)
-    _same(_columns(loader.load(path, workers=2)), reference)
+    _same(_columns(_load(path, 2, Slicing(slice_bytes=800))), _reference(path))
 
 
-# ---- reading: mmap, gzip through isal or zlib ----------------------------------------------
+# ---- reading: in place or in memory, gzip through isal or zlib ------------------------------
 
-def test_mmap_and_bytes_read_the_same(tmp_path, monkeypatch):
+def test_a_file_read_in_place_and_bytes_in_memory_decode_the_same(tmp_path):
     path = _write(tmp_path, _text(_events(), "compact"))
-    mapped = loader.read_bytes(path)
-    assert not isinstance(mapped, bytes)
-    reference = _columns(loader.load(path))
-    monkeypatch.setattr(loader, "_map", lambda location: location.read_bytes())
-    _same(_columns(loader.load(path)), reference)
+    decoded = []
+    for quick in (True, False):
+        slicing = Slicing(slice_bytes=2000, quick_cuts=quick)
+        with io.opened(path, 1 << 30, None) as stored:
+            assert isinstance(stored, io.FileBytes)      # read where it lies, with pread
+            in_memory = io.MemoryBytes(path, bytes(stored.whole()))
+            for data in (stored, in_memory):
+                columns, info = sliced.decode_events(data, path, 2, slicing)
+                decoded.append(({part: columns.column(part).tolist() for part in columns.parts},
+                                columns.names, columns.comm_args, info))
+    assert all(found == decoded[0] for found in decoded)
 
 
 @pytest.mark.parametrize("use_isal", [True, False])
@@ -481,10 +492,10 @@ def test_gzip_with_and_without_isal(tmp_path, monkeypatch, use_isal):
         pytest.importorskip("isal")
     else:
         monkeypatch.setitem(sys.modules, "isal", None)   # import fails: the zlib fallback
-    library, _ = loader._inflater()
+    library, _ = io.inflater()
     assert (library.__name__ != "zlib") == use_isal
-    assert loader.read_bytes(packed) == data
-    _same(_columns(loader.load(packed)), _columns(loader.load(plain)))
+    assert _json_of(packed) == data
+    _same(_columns(_load(packed)), _columns(_load(plain)))
 
 
 @pytest.mark.parametrize("use_isal", [True, False])
@@ -493,7 +504,7 @@ def test_multi_member_gzip(tmp_path, monkeypatch, use_isal):
         monkeypatch.setitem(sys.modules, "isal", None)
     data = _text(_events(50), "pretty")
     packed = gzip.compress(data[:1000]) + b"\x00\x00" + gzip.compress(data[1000:])
-    assert loader.read_bytes(_write(tmp_path, packed, "t.json.gz")) == data
+    assert _json_of(_write(tmp_path, packed, "t.json.gz")) == data
 
 
 @pytest.mark.parametrize("use_isal", [True, False])
@@ -503,11 +514,11 @@ def test_gzip_bomb_and_truncated_gzip(tmp_path, monkeypatch, use_isal):
     data = _text(_events(), "compact")
     packed = gzip.compress(data)
     monkeypatch.setenv("DDPPROF_MAX_TRACE_BYTES", str(len(data) // 2))
-    with pytest.raises(TraceError, match="inflates to more than"):
-        loader.load(_write(tmp_path, packed, "bomb.json.gz"))
+    with pytest.raises(TraceError, match=f"inflates to more than {len(data) // 2:,} bytes"):
+        _load(_write(tmp_path, packed, "bomb.json.gz"))
     monkeypatch.delenv("DDPPROF_MAX_TRACE_BYTES")
     with pytest.raises(TraceError, match="truncated or corrupt gzip"):
-        loader.load(_write(tmp_path, packed[:len(packed) // 2], "cut.json.gz"))
+        _load(_write(tmp_path, packed[:len(packed) // 2], "cut.json.gz"))
 
 
 def test_bad_files_are_one_line_errors(tmp_path):
@@ -515,9 +526,9 @@ def test_bad_files_are_one_line_errors(tmp_path):
                                                        "truncated JSON"),
                           (b"[1, 2, 3]", "no event objects")):
         with pytest.raises(TraceError, match=message):
-            loader.load(_write(tmp_path, data, "bad.json"))
+            _load(_write(tmp_path, data, "bad.json"))
     with pytest.raises(TraceError, match="empty file"):
-        loader.load(_write(tmp_path, b"", "empty.json"))
+        _load(_write(tmp_path, b"", "empty.json"))
 
 
 # ---- property: any event list, any layout, any slicing ------------------------------------
@@ -541,23 +552,21 @@ _generated_event = st.fixed_dictionaries(
 @given(events=st.lists(_generated_event, min_size=1, max_size=30),
        layout=st.sampled_from(["compact", "pretty", "spaced"]),
        slice_bytes=st.integers(20, 400))
-def test_any_events_decode_alike_however_sliced(tmp_path, monkeypatch, events, layout,
-                                                 slice_bytes):
+def test_any_events_decode_alike_however_sliced(tmp_path, events, layout, slice_bytes):
     path = _write(tmp_path, _text(events, layout))
-    reference = _reference(path, monkeypatch)
-    with monkeypatch.context() as patch:
-        patch.setattr(loader, "SLICE_BYTES", slice_bytes)
-        patch.setattr(loader, "SLICES_PER_TASK", 2)
+    reference = _reference(path)
+    for quick in (True, False):
         for workers in (1, 2):
-            _same(_columns(loader.load(path, workers=workers)), reference)
+            slicing = Slicing(slice_bytes=slice_bytes, slices_per_task=2, quick_cuts=quick)
+            _same(_columns(_load(path, workers, slicing)), reference)
 
 
 def test_reload_of_an_unchanged_file_is_shared_and_a_rewrite_is_not(tmp_path):
     path = _write(tmp_path, _text(_events(30), "compact"))
-    first = loader.load(path)
-    assert loader.load(path) is first
+    first = _load(path)
+    assert load(path) is first
     path.write_bytes(_text(_events(31), "compact"))
-    second = loader.load(path)
+    second = load(path)
     assert second is not first and second.start_us.size == first.start_us.size + 1
-    loader.load(_write(tmp_path, _text(_events(5), "pretty"), "other.json"))
-    assert loader._LAST is not None and loader._LAST[1] is not second
+    load(_write(tmp_path, _text(_events(5), "pretty"), "other.json"))
+    assert load(path) is not second          # one trace kept: the other file's

@@ -16,7 +16,7 @@ from torch import nn
 
 from ddpprof import memory as estimator
 from ddpprof.errors import UsageError
-from ddpprof.variants import VARIANT_NAMES, VARIANTS, make_variant
+from ddpprof.variants import VARIANTS, VARIANTS_IN_ALL, make_variant
 from workloads.configs import MLP_WIDTHS, SMOLLM2_CONFIGS, model_parameter_count
 from workloads.data import SyntheticImages
 from workloads.memory import MemoryProbe, state_bytes
@@ -212,7 +212,7 @@ def _held(name: str, rank: int, world_size: int, results: dict) -> None:
     optimizer = model.make_optimizer(torch.optim.AdamW, lr=1e-3)
     probe = MemoryProbe(model, optimizer, torch.device("cpu"), sample_at_step=STEPS - 1)
     train(model, optimizer, SyntheticImages(n_samples=64), steps=STEPS, global_batch=12,
-          grad_accum=1, rank=rank, world_size=world_size, device=torch.device("cpu"))
+          grad_accum=1, rank=rank, device=torch.device("cpu"))
     results[world_size, rank, name] = probe.state
     if name == "pytorch_zero1":
         assigned = optimizer._partition_parameters()[rank]
@@ -225,7 +225,7 @@ def _measure(rank: int, world_size: int, init_file: str, results: dict) -> None:
                             world_size=world_size)
     torch.set_num_threads(1)
     try:
-        for name in VARIANT_NAMES[1:]:
+        for name in VARIANTS_IN_ALL[1:]:
             _held(name, rank, world_size, results)
     finally:
         gc.collect()  # the variants' reference cycles, while the interpreter is whole
@@ -239,7 +239,7 @@ def test_every_variant_holds_what_the_estimate_says(tmp_path, world_size):
     mp.spawn(_measure, args=(world_size, str(tmp_path / "init"), results), nprocs=world_size,
              join=True)
     psi = model_parameter_count("mlp-small")
-    for name in VARIANT_NAMES[1:]:
+    for name in VARIANTS_IN_ALL[1:]:
         estimate = estimator.estimate_stage(psi, world_size, VARIANTS[name].zero_stage, "fp32",
                                             "adamw")
         for rank in range(world_size):
@@ -267,7 +267,7 @@ def test_recorded_runs_agree_with_the_estimate_within_5_percent(all_variants, dd
     result = ddpprof_cli("memory", str(out), "--json", str(tmp_path / "m.json"))
     assert result.returncode == 0, result.stderr
     runs = json.loads((tmp_path / "m.json").read_text())["runs"]
-    assert sorted(run["variant"] for run in runs) == sorted(VARIANT_NAMES)
+    assert sorted(run["variant"] for run in runs) == sorted(VARIANTS_IN_ALL)
     for run in runs:
         world = 1 if run["variant"] == "single" else 2
         assert [r["rank"] for r in run["ranks"]] == list(range(world))

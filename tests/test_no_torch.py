@@ -66,6 +66,16 @@ def test_gate_imports_no_torch(cpu_run, tmp_path):
     assert _probe("gate", str(cpu_run), "--baseline", str(baseline)) == {"code": 0, "heavy": []}
 
 
+def test_diff_and_a_failing_gate_import_no_torch(cpu_run, tmp_path):
+    baseline = tmp_path / "baseline.json"
+    assert _probe("analyze", str(cpu_run), "--json", str(baseline))["code"] == 0
+    assert _probe("diff", str(cpu_run), str(baseline), "--html-out",
+                  str(tmp_path / "d.html")) == {"code": 0, "heavy": []}
+    # a failing rule explains itself with a diff
+    assert _probe("gate", str(cpu_run), "--baseline", str(baseline), "--rule",
+                  "step_ms < baseline") == {"code": 1, "heavy": []}
+
+
 def test_simulate_imports_no_torch(tmp_path):
     grads = [span("torch::autograd::AccumulateGrad", 300 + 100 * i, 350 + 100 * i,
                   **{"Input Dims": [[1000 * (i + 1)]], "Input type": ["float"]})

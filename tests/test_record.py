@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpprof.variants import VARIANT_NAMES
+from ddpprof.variants import VARIANTS_IN_ALL
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +29,8 @@ def test_every_variant_records_traces_and_a_complete_manifest(all_variants):
     out, result = all_variants
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""  # CI=true: no progress display
-    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(VARIANT_NAMES)
-    for variant in VARIANT_NAMES:
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(VARIANTS_IN_ALL)
+    for variant in VARIANTS_IN_ALL:
         manifest = json.loads((out / variant / "run.json").read_text())
         config, measured = manifest["config"], manifest["measured"]
         world = 1 if variant == "single" else 2
@@ -54,7 +54,7 @@ def test_all_variants_train_the_same_model(all_variants):
     reference = [s["loss"] for s in json.loads((out / "single/run.json").read_text())["steps"]]
     # random labels over 10 classes: a fresh model's loss is about ln 10
     assert abs(reference[0] - math.log(10)) < 0.5
-    for variant in VARIANT_NAMES:
+    for variant in VARIANTS_IN_ALL:
         losses = [s["loss"] for s in json.loads((out / variant / "run.json").read_text())["steps"]]
         # AdamW amplifies the rounding differences of summation order a little over 5 steps;
         # different data or weights would differ by far more than this
@@ -64,7 +64,7 @@ def test_all_variants_train_the_same_model(all_variants):
 def test_allreduces_per_sync_is_what_each_variant_launches(all_variants):
     out, _ = all_variants
     launched = {v: json.loads((out / v / "run.json").read_text())["measured"][
-        "collectives_per_sync"].get("all_reduce", 0) for v in VARIANT_NAMES}
+        "collectives_per_sync"].get("all_reduce", 0) for v in VARIANTS_IN_ALL}
     per_parameter = 8  # mlp-small: 4 Linear layers, weight and bias each
     # 1 MiB cap, reverse order: [b4 w4 b3 w3 b2 w2] reaches 2.6 MB, then [b1 w1]. The Reducer
     # rebuilds its buckets in gradient-ready order (the same reverse order here) with a first
@@ -95,9 +95,9 @@ def test_summary_outputs(all_variants):
     out, result = all_variants
     summary = json.loads((out / "summary.json").read_text())
     assert summary["schema"] == "ddpprof.record" and summary["version"] == 2
-    assert [r["variant"] for r in summary["runs"]] == list(VARIANT_NAMES)
+    assert [r["variant"] for r in summary["runs"]] == list(VARIANTS_IN_ALL)
     assert result.stdout.startswith("### ddpprof record\n\n| run | variant | status |")
-    assert result.stdout.count("| complete |") == len(VARIANT_NAMES)
+    assert result.stdout.count("| complete |") == len(VARIANTS_IN_ALL)
 
 
 def test_a_crashed_rank_fails_the_run_without_hanging(tmp_path, ddpprof_cli):

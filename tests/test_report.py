@@ -14,7 +14,7 @@ from trace_builders import span, step, write_trace
 from ddpprof.analysis import AnalysisOptions, analyze_paths
 from ddpprof.findings import findings
 from ddpprof.report.html import TABLE_COLUMNS, render_report
-from ddpprof.variants import VARIANT_NAMES
+from ddpprof.variants import VARIANTS_IN_ALL
 
 TIMELINE = AnalysisOptions(timeline=True)
 
@@ -121,7 +121,7 @@ def test_report_of_every_recorded_variant(all_variants, tmp_path, ddpprof_cli):
     analyzed = ddpprof_cli("analyze", str(out), "--json", str(tmp_path / "all.json"))
     runs = json.loads((tmp_path / "all.json").read_text())["runs"]
     with_buckets = sum(1 for run in runs if run["buckets"])
-    assert analyzed.returncode == 0 and len(runs) == len(VARIANT_NAMES) and with_buckets >= 6
+    assert analyzed.returncode == 0 and len(runs) == len(VARIANTS_IN_ALL) and with_buckets >= 6
     # 5 charts and the memory chart, a timeline per run, a bucket chart per run with
     # all-reduces
     assert f'data-figures="{6 + len(runs) + with_buckets}"' in page
@@ -133,7 +133,7 @@ def test_report_of_every_recorded_variant(all_variants, tmp_path, ddpprof_cli):
     rows = re.findall(r"<tr>(.*?)</tr>", comparison[:comparison.index("</table>")])[1:]
     speedups = {re.search(r">([a-z0-9_]+)</td>", row).group(1):
                 re.findall(r'data-value="([^"]*)"', row)[-1] for row in rows}
-    assert len(speedups) == len(VARIANT_NAMES) and all(speedups.values())
+    assert len(speedups) == len(VARIANTS_IN_ALL) and all(speedups.values())
     assert float(speedups["single"]) == pytest.approx(1.0)
 
 

@@ -182,7 +182,7 @@ def test_a_calibration_beside_the_run_is_used(tmp_path):
     (["--bucket-cap-mb", "0"], "'0' is not > 0"),   # the old spelling still works
     (["--latency-us", "5"], "go together"),
     (["--calibration", "c.json", "--latency-us", "1", "--bandwidth-gbps", "1"], "not both"),
-    (["--calibration", "missing.json"], "missing.json: No such file"),
+    (["--calibration", "missing.json"], "missing.json: no such file"),
 ])
 def test_bad_input(args, message, tmp_path, ddpprof_cli):
     run = _run(tmp_path, [step(0, 0, 10), span("aten::mm", 1, 2)])
@@ -306,7 +306,7 @@ def test_a_measured_file_that_is_a_device_is_refused_at_once(tmp_path, ddpprof_c
     result = ddpprof_cli("simulate", str(run), "--latency-us", "10", "--bandwidth-gbps", "1",
                          "--measured", "/dev/zero", timeout=60)
     assert result.returncode == 2 and result.stderr == (
-        "ddpprof: error: /dev/zero: not a regular file\n")
+        "ddpprof: error: /dev/zero: not a regular file (a character device)\n")
 
 
 def test_measured_points_and_their_error(tmp_path, ddpprof_cli):

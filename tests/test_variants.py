@@ -16,7 +16,7 @@ from ddpprof.graph.model import Gradient, Node, NodeKind, StepGraph
 from ddpprof.manifest import BucketRecord
 from ddpprof.simulate import registration_positions
 from ddpprof.units import MIB
-from ddpprof.variants import VARIANT_NAMES, VARIANTS, make_variant, variant_class
+from ddpprof.variants import VARIANTS, VARIANTS_IN_ALL, make_variant, variant_class
 from ddpprof.variants.bucket_ddp_async import BucketDDPAsync
 from ddpprof.variants.buckets import parameter_buckets
 from ddpprof.variants.zero1 import Piece, shard_pieces
@@ -70,7 +70,7 @@ def _train(variant: str, make, grad_accum: int, rank: int, world_size: int,
     optimizer = model.make_optimizer(torch.optim.AdamW, **ADAMW)
     data = SyntheticImages(n_samples=64)
     train(model, optimizer, data, steps=STEPS, global_batch=GLOBAL_BATCH,
-          grad_accum=grad_accum, rank=rank, world_size=world_size, device=torch.device("cpu"))
+          grad_accum=grad_accum, rank=rank, device=torch.device("cpu"))
     return model, data
 
 
@@ -94,7 +94,7 @@ def _skipped_grads_after_a_sync(model, data, rank: int, world_size: int) -> list
 
 def _cases() -> list[tuple[str, object, int, float]]:
     cases = []
-    for name in VARIANT_NAMES[1:]:
+    for name in VARIANTS_IN_ALL[1:]:
         # 25 MiB: one bucket; 0.01 MiB: several, closed mid-layer-list (and mid-shard)
         caps = (25.0, 0.01) if VARIANTS[name].bucketed and "pytorch" not in name else (25.0,)
         cases += [(name, make, k, cap) for make in (_mlp, PartlyUnused) for k in (1, 2)
@@ -285,7 +285,7 @@ def test_collectives_per_sync_is_what_each_step_of_the_trace_launches(all_varian
     import json
 
     out, _ = all_variants
-    for variant in VARIANT_NAMES:
+    for variant in VARIANTS_IN_ALL:
         claimed = json.loads((out / variant / "run.json").read_text())["measured"][
             "collectives_per_sync"]
         with gzip.open(out / variant / "rank0.pt.trace.json.gz", "rt") as f:

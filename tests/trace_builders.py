@@ -73,3 +73,42 @@ def two_buckets(folder: Path) -> list[Path]:
                   span("gloo:all_reduce", 640, 740, tid=9, **GRADIENT_100KB)]
         paths.append(write_trace(folder / f"rank{rank}.json", events, rank=rank))
     return paths
+
+
+FLOAT = {"Input type": ["float"]}
+
+
+def grad(start: float, end: float, numel: int) -> dict[str, Any]:
+    """The op that finishes a gradient of ``numel`` floats (its post-accumulate hook's span)."""
+    return span("torch::autograd::AccumulateGrad", start, end,
+                **{"Input Dims": [[numel]], **FLOAT})
+
+
+def gloo_reduce(start: float, end: float, numel: int = 1000, tid: int = 9) -> dict[str, Any]:
+    """A gloo all-reduce of ``numel`` floats on its worker thread."""
+    return span("gloo:all_reduce", start, end, cat="user_annotation", tid=tid,
+                **{"Input Dims": [[numel]], **FLOAT})
+
+
+def synchronized_steps(folder: Path, mm_us: list[float], delay_us: list[float],
+                       steps: int = 3) -> tuple[Path, float]:
+    """A CPU run of ``len(mm_us)`` ranks whose steps end together. Each step of rank r: idle
+    ``delay_us[r]`` (untraced), ``aten::mm`` for ``mm_us[r]``, ``c10d::allreduce_`` for 2 µs,
+    then ``ddpprof::wait`` until 1 µs after the all-reduce; gloo's all-reduce starts 3 µs after
+    the mm on each rank and ends 30 µs after the last rank's start; then ``aten::add_`` for
+    10 µs and 5 µs of nothing. Returns the folder and the step's length."""
+    ranks = len(mm_us)
+    last_arrival = max(d + m for d, m in zip(delay_us, mm_us, strict=True)) + 3
+    length = last_arrival + 30 + 1 + 10 + 5
+    for rank in range(ranks):
+        events = [step(s, s * length, (s + 1) * length) for s in range(steps)]
+        for s in range(steps):
+            o, mm_end = s * length, s * length + delay_us[rank] + mm_us[rank]
+            done = o + last_arrival + 30
+            events += [span("aten::mm", o + delay_us[rank], mm_end),
+                       span("c10d::allreduce_", mm_end, mm_end + 2),
+                       span("ddpprof::wait", mm_end + 2, done + 1, cat="user_annotation"),
+                       gloo_reduce(mm_end + 3, done),
+                       span("aten::add_", done + 1, done + 11)]
+        write_trace(folder / f"rank{rank}.json", events, rank=rank, world_size=ranks)
+    return folder, length

@@ -132,8 +132,10 @@ def build_data(*, is_language_model: bool, vocab_size: int | None, seq_len: int,
     return TokenStream(token_ids, seq_len)
 
 
-def shard(batch: Batch, rank: int, world_size: int) -> Batch:
-    """Rank ``rank``'s contiguous 1/world_size of a global batch."""
+def shard(batch: Batch, index: int, count: int) -> Batch:
+    """The ``index``-th contiguous 1/``count`` of a global batch: a rank's shard, ``index`` its
+    rank and ``count`` the world size, or, where ranks split the model between them (tensor
+    parallelism), its data-parallel coordinate and size (``DataParallel.data_shard``)."""
     size = next(iter(batch.values())).shape[0]
-    per_rank = size // world_size
-    return {k: v[rank * per_rank:(rank + 1) * per_rank] for k, v in batch.items()}
+    per_shard = size // count
+    return {k: v[index * per_shard:(index + 1) * per_shard] for k, v in batch.items()}

@@ -59,6 +59,19 @@ def build_model(name: str, model_path: str | Path | None = None) -> tuple[nn.Mod
     raise KeyError(name)
 
 
+def build_model_skeleton(name: str, model_path: str | Path | None = None) -> nn.Module:
+    """The model's modules and shapes on the meta device: nothing allocated, and of a
+    checkpoint only its ``config.json`` read. For checks before a launch."""
+    if model_path is None:
+        with torch.device("meta"):
+            return build_model(name)[0]
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_path, local_files_only=True)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
 def _load_checkpoint(path: Path, name: str) -> tuple[nn.Module, ModelInfo]:
     from transformers import AutoConfig, AutoModelForCausalLM
 

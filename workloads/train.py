@@ -84,15 +84,20 @@ class StepClock:
 
 
 def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSource, *,
-          steps: int, global_batch: int, grad_accum: int, rank: int, world_size: int,
+          steps: int, global_batch: int, grad_accum: int, rank: int,
           device: torch.device, clock: StepClock | None = None,
-          sync_clock: StepClock | None = None,
+          sync_clock: StepClock | None = None, delay_rank: int = -1, delay_ms: float = 0.0,
           on_step_end=lambda step: None) -> list[torch.Tensor]:
     """Run ``steps`` optimizer steps; return each step's local loss (a detached tensor, so the
-    loop never waits on the device for it). ``sync_clock`` brackets each step's
-    ``finish_gradient_sync``: for the blocking variants, that is the communication time."""
+    loop never waits on the device for it). Each rank trains on the shard of every global batch
+    that the variant gives it (``model.data_shard()``: ranks of one tensor-parallel group share
+    one). ``sync_clock`` brackets each step's ``finish_gradient_sync``: for the blocking
+    variants, that is the communication time. ``delay_rank`` sleeps ``delay_ms`` at the start
+    of every step (``--inject-delay``)."""
     micro_batch = global_batch // grad_accum
+    shard_index, shard_count = model.data_shard()
     fail_rank, fail_step = _planned_failure()
+    delay_s = delay_ms / 1e3 if rank == delay_rank else 0.0
     losses = []
     for step in range(steps):
         # The step's own work only: what ``on_step_end`` does (the profiler exporting a trace,
@@ -101,10 +106,13 @@ def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSour
             clock.start()
         if (rank, step) == (fail_rank, fail_step):
             raise RuntimeError(f"injected failure at step {step} ({FAIL_AT_ENV})")
+        if delay_s:
+            with torch.profiler.record_function("ddpprof::injected_delay"):
+                time.sleep(delay_s)
         step_loss = torch.zeros((), device=device)
         for micro in range(grad_accum):
-            batch = shard(data.global_batch(step * grad_accum + micro, micro_batch), rank,
-                          world_size)
+            batch = shard(data.global_batch(step * grad_accum + micro, micro_batch),
+                          shard_index, shard_count)
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             last_micro = micro == grad_accum - 1
             with nullcontext() if last_micro else model.no_sync():
@@ -135,13 +143,21 @@ def bucket_records(model: DataParallel) -> list[BucketRecord] | None:
     position = {key: index for index, key in enumerate(names)}
     records = []
     for params in buckets:
-        sizes = [p.numel() * p.element_size() for p in params]
+        sizes = [model.gradient_bytes(p) for p in params]
         records.append(BucketRecord(
             params=[names[id(p)] for p in params],
             param_index=[position[id(p)] for p in params], param_bytes=sizes,
             bytes=sum(sizes),
             param_dtypes=[str(p.dtype).removeprefix("torch.") for p in params]))
     return records
+
+
+def _inject_delay(spec: str | None) -> dict[str, int | float]:
+    """``RANK:MS`` (``RunConfig.inject_delay``) as ``train``'s arguments."""
+    if not spec:
+        return {}
+    rank, ms = spec.split(":")
+    return {"delay_rank": int(rank), "delay_ms": float(ms)}
 
 
 def _planned_failure() -> tuple[int, int]:
@@ -192,7 +208,7 @@ def run(config: RunConfig, folder: RunFolder) -> None:
     module, info = build_model(config.model, config.model_path)
     module.to(device)
     model = make_variant(config.variant, module, bucket_cap_mb=config.bucket_cap_mb,
-                         gradient_as_bucket_view=config.gradient_as_bucket_view)
+                         gradient_as_bucket_view=config.gradient_as_bucket_view, tp=config.tp)
     optimizer = model.make_optimizer(torch.optim.AdamW, lr=config.lr)
     memory = MemoryProbe(model, optimizer, device, sample_at_step=config.steps - 1)
     data = build_data(is_language_model=info.is_language_model, vocab_size=info.vocab_size,
@@ -231,11 +247,13 @@ def run(config: RunConfig, folder: RunFolder) -> None:
     with profiler if profiler is not None else nullcontext():
         losses = train(model, optimizer, data, steps=config.steps,
                        global_batch=config.global_batch, grad_accum=grad_accum, rank=rank,
-                       world_size=world_size, device=device, clock=clock,
-                       sync_clock=sync_clock, on_step_end=on_step_end)
+                       device=device, clock=clock,
+                       sync_clock=sync_clock, on_step_end=on_step_end,
+                       **_inject_delay(config.inject_delay))
 
     # Everything below runs after profiling, so averaging the loss cannot show up in a trace.
     memory_per_rank = gather_figures(memory.figures(rank, peaks), distributed)
+    mesh = model.mesh_record()
     step_losses = torch.stack(losses).float()
     step_times = torch.tensor(clock.durations_s(), dtype=torch.float64, device=device)
     sync_times = torch.tensor(sync_clock.durations_s(), dtype=torch.float64, device=device)
@@ -254,7 +272,7 @@ def run(config: RunConfig, folder: RunFolder) -> None:
             collectives_per_sync=model.collectives_per_sync(),
             seq_len=config.seq_len if info.is_language_model else None)
         result = WorkerResult(
-            measured=measured, memory=memory_per_rank, buckets=bucket_records(model),
+            measured=measured, memory=memory_per_rank, buckets=bucket_records(model), mesh=mesh,
             step_wall_s=step_times.tolist(), step_sync_s=sync_times.tolist(),
             step_loss=step_losses.tolist())
         folder.write_text(WORKER_RESULT, msgspec.json.encode(result).decode())

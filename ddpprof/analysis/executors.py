@@ -1,22 +1,32 @@
 """Where ranks are analyzed: local processes (the default), or a Dask cluster.
 
 Either way each rank is loaded and analyzed where it runs and only its small result comes
-back, so the caller's memory does not grow with the traces. Locally at most ``jobs`` traces
-are in memory at once; on a cluster the workers read the traces from where they are (a shared
-folder or a bucket).
+back, so the caller's memory does not grow with the traces. On a cluster the workers read the
+traces from where they are (a shared folder or a bucket).
+
+Locally at most ``jobs`` traces are in memory at once, and ``jobs`` is capped (with a note on
+stderr) by the cores this process may use and by the memory available over the memory one rank
+needs (:func:`rank_memory_bytes`), so ``--jobs 10000`` never starts more processes than the
+machine can run. Every worker dies with this process (``PR_SET_PDEATHSIG``): a parent killed
+by SIGKILL or the OOM killer leaves no worker behind.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..processes import die_with_parent
+from ..trace import io
 
 #: How long a Dask analysis waits with no worker left before it gives up, rather than hang.
 NO_WORKER_TIMEOUT_S = float(os.environ.get("DDPPROF_DASK_NO_WORKER_TIMEOUT_S", 30))
@@ -26,25 +36,52 @@ Lost = Callable[[Any, str], Any]         # (item, why) -> the item's result
 
 
 class LocalExecutor:
-    """Up to ``jobs`` processes; a single task runs here, where it may use the cores itself."""
+    """Up to ``jobs`` processes (capped, see the module's docstring); a single task runs here,
+    where it may use the cores itself."""
 
     def __init__(self, jobs: int | None) -> None:
-        self.cores = jobs or os.cpu_count() or 1
+        self.jobs = jobs
+        self.cores = usable_cores()
+        self.told = False         # the cap is said once
+
+    def workers_for(self, items: Sequence[Any]) -> int:
+        """How many processes analyze ``items``: ``jobs`` (default: the cores), capped by the
+        cores and the memory, never more than there are items. A cap below what was asked for
+        is said on stderr."""
+        wanted = self.jobs or self.cores
+        workers, reason = min(wanted, self.cores), "the cores this process may use"
+        need = max((rank_memory_bytes(item) for item in items), default=0)
+        available = available_memory_bytes()
+        if need and available is not None and available // need < workers:
+            workers = max(1, available // need)
+            reason = (f"{available >> 20:,} MiB of memory available, about {need >> 20:,} MiB "
+                      "per rank")
+        if workers < min(wanted, len(items)) and (self.jobs or workers < self.cores) \
+                and not self.told:
+            self.told = True
+            print(f"ddpprof: note: {workers} rank(s) analyzed at a time, not {wanted} "
+                  f"({reason})", file=sys.stderr, flush=True)
+        return min(workers, len(items))
 
     def map(self, function: Callable[..., Any], items: Sequence[Any], *args: Any,
             on_done: Progress | None = None, on_lost: Lost) -> list[Any]:
         """``function(item, *args)`` for every item, in order; ``on_lost(item, reason)`` gives
         the result of an item whose process died."""
-        workers = min(len(items), self.cores)
+        workers = self.workers_for(items)
         if workers <= 1:
             results = []
             for done, item in enumerate(items, 1):
-                results.append(function(item, *args, decode_workers=self.cores))
+                results.append(function(item, *args, decode_workers=min(
+                    self.jobs or self.cores, self.cores)))
                 if on_done:
                     on_done(done, len(items))
             return results
         results = [None] * len(items)
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        context = multiprocessing.get_context()
+        # A worker forked from this process checks that it still is its parent.
+        parent = os.getpid() if context.get_start_method() == "fork" else None
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                 initializer=die_with_parent, initargs=(parent,)) as pool:
             futures = {pool.submit(function, item, *args): i for i, item in enumerate(items)}
             for done, future in enumerate(as_completed(futures), 1):
                 index = futures[future]
@@ -56,6 +93,67 @@ class LocalExecutor:
                 if on_done:
                     on_done(done, len(items))
         return results
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, as ``taskset`` or a container sets
+    it), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+#: What one rank's analysis needs besides its trace: the interpreter, numpy and the code.
+RANK_BASE_BYTES = 64 * 1024**2
+#: How much a gzip trace is assumed to inflate where its trailer does not tell.
+GZIP_RATIO = 10
+
+
+def rank_memory_bytes(item: Any) -> int:
+    """About the most memory analyzing the local trace ``item`` takes, from its size alone (0
+    for a URL, whose size is not asked for): a base, plus its JSON's size (the decoded columns
+    and one slice's objects take about half that: 155 MiB in all for a 211 MiB trace), plus
+    the inflated JSON again for gzip (held while it is decoded; its size is read from the gzip
+    trailer, which holds it modulo 4 GiB)."""
+    if not isinstance(item, Path):
+        return 0
+    try:
+        fd, status = io.open_regular(item)
+    except UsageError:
+        return 0
+    try:
+        if not item.name.endswith(".gz"):
+            return RANK_BASE_BYTES + status.st_size
+        trailer = os.pread(fd, 4, max(0, status.st_size - 4))
+    except OSError:
+        return RANK_BASE_BYTES
+    finally:
+        os.close(fd)
+    inflated = int.from_bytes(trailer, "little") if len(trailer) == 4 else 0
+    if inflated < status.st_size:          # more than 4 GiB, or not gzip at all
+        inflated = status.st_size * GZIP_RATIO
+    return RANK_BASE_BYTES + 2 * inflated
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process may still use: the kernel's ``MemAvailable``, or less where a
+    cgroup (a container) limits it; None where neither can be read."""
+    found = []
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            found.append(max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
 
 
 class DaskExecutor:

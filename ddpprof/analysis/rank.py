@@ -7,6 +7,8 @@ does; CPU traces over host lanes (see ``ddpprof.metrics.breakdown``).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import TraceError
@@ -22,10 +24,11 @@ from ..metrics.breakdown import (
 from ..metrics.comm import CollectiveCalls, collective_stats, message_bytes
 from ..trace import classify
 from ..trace.classify import Kind
-from ..trace.events import CommArgs, RankTrace
+from ..trace.events import CommArgs, RankTrace, launch_times
 from . import tax
 from .buckets import BucketTimeline, bucket_timeline
 from .options import AnalysisOptions, LastStep
+from .parts import device_parts, host_parts
 from .results import CommBar, HostSignals, RankResult, StepRow, Timeline
 
 #: Collectives that reduce gradients: what a bucket is launched as.
@@ -161,7 +164,9 @@ class _DeviceAnalysis:
                 calls, compute), calls=calls, per_step=self._per_step(),
             timeline=self._timeline(compute) if self.options.timeline else None,
             buckets=self._buckets(), host=self._host_signals(sel, host_comm),
-            notes=self.notes, tax_samples=samples)
+            notes=self.notes, tax_samples=samples, parts=device_parts(
+                trace, self.stream, self.start, self.end, sel, self.kinds,
+                self._launch_times, self._launch_positions(), self.analyzed, calls))
 
     def _host_signals(self, sel: np.ndarray, host_comm: iv.Intervals) -> HostSignals:
         """Device idle time during which host ops or launch calls ran (the CPU could not keep
@@ -220,21 +225,17 @@ class _DeviceAnalysis:
                 f"compute, as HTA does ({', '.join(libraries)}; e.g. {sample[:60]!r}); add "
                 "--comm-kernel REGEX to count them as communication")
 
+    @functools.cached_property
+    def _launch_times(self) -> np.ndarray:
+        return launch_times(self.trace, self.stream, self.start)
+
     def _launch_positions(self) -> np.ndarray:
         """For every event, the position in ``analyzed`` of the step its launching host event
         started in (device events are matched to host events by correlation id), else -1."""
-        trace, steps = self.trace, self.analyzed
-        host = (self.stream < 0) & trace.has_correlation
-        launch = np.where(self.stream < 0, self.start, np.nan)
-        if host.any():
-            order = np.argsort(trace.correlation[host], kind="stable")
-            host_corr = trace.correlation[host][order]
-            host_start = self.start[host][order]
-            where = np.clip(np.searchsorted(host_corr, trace.correlation), 0, host_corr.size - 1)
-            matched = trace.has_correlation & (host_corr[where] == trace.correlation)
-            launch = np.where(matched & (self.stream >= 0), host_start[where], launch)
-        unmatched_device = (self.stream >= 0) & np.isnan(launch)
-        launch[unmatched_device] = self.start[unmatched_device]
+        steps = self.analyzed
+        if not steps.size:
+            return np.full(self.start.size, -1)
+        launch = self._launch_times
         step_start, step_end = self.start[steps], self.end[steps]
         position = np.searchsorted(step_start, launch, side="right") - 1
         inside = (position >= 0) & (launch < step_end[np.clip(position, 0, None)])
@@ -344,7 +345,8 @@ class _HostAnalysis:
             timeline=self._timeline(window) if self.options.timeline else None,
             buckets=self._buckets(), host=HostSignals(_dataloader_us(trace, window), None),
             tax_samples=tax.host_samples(trace, self.lanes, self.analyzed, compute,
-                                         calls.start_us))
+                                         calls.start_us),
+            parts=host_parts(trace, self.lanes, window, self.analyzed, calls))
 
     def _per_step(self, window: iv.Intervals) -> list[StepRow]:
         if not self.options.per_step:

@@ -12,6 +12,7 @@ from ..metrics.tax import OverlapTax, RankTaxSamples
 from ..metrics.waits import WaitSplit
 from .buckets import BucketTimeline
 from .options import LastStep
+from .parts import RankParts
 
 if TYPE_CHECKING:
     from ..graph.build import RankStep
@@ -77,6 +78,7 @@ class RankResult:
     graph_steps: list[RankStep] | None = None
     #: What the trace gives the run's overlap tax (never written out).
     tax_samples: RankTaxSamples | None = None
+    parts: RankParts | None = None  # each step cut into parts (``ddpprof diff``)
 
 
 @dataclass

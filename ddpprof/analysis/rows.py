@@ -19,7 +19,9 @@ from ..metrics.comm import CollectiveStats
 from ..units import MIB
 from .results import Analysis, RankResult, RunProblem, RunResult
 
-SCHEMA_VERSION = 2
+#: 3: ``step_ms`` and each run's ``profile`` (``ddpprof diff``'s parts); version 2 reads the
+#: same without them.
+SCHEMA_VERSION = 3
 #: Collective kinds that get columns of their own in every row (others are summed in
 #: ``other_collective_calls``).
 COLUMN_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -57,6 +59,7 @@ class RankMetrics:
     """Every metric of one rank (or, in a run row, their mean over the run's ranks)."""
 
     window_ms: float
+    step_ms: float                  # the window over the steps analyzed
     compute_ms: float
     compute_pct: float
     non_compute_pct: float
@@ -111,7 +114,8 @@ def rank_row(rank: RankResult) -> RankRow:
     wait = rank.wait
     per_step = (lambda us: us / 1e3 / steps)  # noqa: E731
     return RankRow(rank=rank.rank, kind=rank.kind, steps=rank.steps, metrics=RankMetrics(
-        window_ms=b.window_us / 1e3, compute_ms=b.compute_us / 1e3,
+        window_ms=b.window_us / 1e3, step_ms=b.window_us / 1e3 / steps,
+        compute_ms=b.compute_us / 1e3,
         compute_pct=b.compute_pct, non_compute_pct=b.non_compute_pct, idle_pct=b.idle_pct,
         overlap_pct=b.overlap_pct, comm_overhead_pct=b.comm_overhead_pct,
         comm_ms_per_step=per_step(b.comm_us),
@@ -258,13 +262,17 @@ def _problem(problem: RunProblem) -> dict[str, Any]:
 def to_json_document(analysis: Analysis, findings: list | None = None) -> dict[str, Any]:
     """The stable ``--json`` schema (the gate's input); ``findings`` are
     ``ddpprof.findings.Finding``s."""
+    from ..diff.profile import profile_json, run_profile
+
     runs = []
     for run in analysis.runs:
+        profile = run_profile(run)
         runs.append({
             **run_row(run).to_dict(), "folder": run.folder, "notes": run.notes,
             "buckets": _buckets_json(run),
             "overlap_tax": msgspec.to_builtins(run.overlap_tax.rows) if run.overlap_tax
             else None,
+            "profile": profile_json(profile) if profile is not None else None,
             "per_rank": [{**rank_row(r).to_dict(), "path": r.path,
                           "memory": msgspec.to_builtins(memory_of(run, r.rank)),
                           "collectives": _collectives_json(r),

@@ -247,7 +247,7 @@ def analyze_run(run: RunInput, options: AnalysisOptions = DEFAULT_OPTIONS,
     outcomes = _map(executor, run, options, on_rank)
     outcomes, skipped = _without_other_json(outcomes)
     _raise_first_error(outcomes)
-    return [_finish_run(name, run, members, [*skipped, *notes], options)
+    return [_finish_run(name, run, members, [*run.notes, *skipped, *notes], options)
             for name, members, notes in _assign_ranks(run, outcomes)]
 
 

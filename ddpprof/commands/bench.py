@@ -17,6 +17,7 @@ def bench(models: list[str], variants: list[str], nprocs: list[int], repeats: in
     from .. import bench as benching
     from ..record.launcher import Recording, validate
 
+    benching.check_variants(variants)
     outputs.check("bench", runs_under=[out])
     base = Recording(variants, RunConfig(model=models[0], nproc=max(nprocs), steps=steps,
                                          global_batch=global_batch, backend=backend,

@@ -1,13 +1,25 @@
-"""``ddpprof gate``: every rule on every run matched with the baseline; exit 1 on a FAIL."""
+"""``ddpprof gate``: every rule on every run matched with the baseline; exit 1 on a FAIL, with
+the largest contributors of ``ddpprof diff`` between the failing run and its baseline."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import gate as gating
-from ..report.output import Output, Outputs
-from ..report.table import Table
+from ..diff.noise import DEFAULT_NOISE, RunNoise
+from ..report.output import Output, Outputs, Section
+from ..report.table import Table, format_cell
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a run failed: the failing checks, and what moved most between the baseline and the
+    current run (``ddpprof diff``'s parts, largest first)."""
+
+    run: str
+    failed: list[str]               # "overlap_pct 41.00 → 30.00 (rule ...)"
+    contributors: list[str]
 
 
 @dataclass(frozen=True)
@@ -22,24 +34,55 @@ class GateDocument:
     checks: int
     failed: int
     verdicts: list[gating.Verdict]
+    significance: float | None = None
+    explanations: list[Explanation] = field(default_factory=list)
     schema: str = "ddpprof.gate"
-    version: int = 1
+    version: int = 2
+
+
+def explain(verdicts: list[gating.Verdict], pairs: list[tuple[gating.GateRun, gating.GateRun]],
+            significance: float, noise: RunNoise) -> list[Explanation]:
+    """For each run with a FAIL, its failed checks and the diff's top contributors (when both
+    documents carry profiles)."""
+    from ..diff.compare import diff_pair
+    from ..diff.explain import contributors
+
+    found = []
+    for now, before in pairs:
+        failed = [v for v in verdicts if v.run == now.name and v.verdict == "FAIL"]
+        if not failed:
+            continue
+        lines = [f"{v.rule.split()[0]} {format_cell(v.baseline)} → {format_cell(v.current)} "
+                 f"(rule {v.rule})" for v in failed]
+        a, b = before.profiles(), now.profiles()
+        moved = contributors(diff_pair(a, b, significance, noise)) if a and b else [
+            "no profile to diff (an analyze --json file older than version 3)"]
+        found.append(Explanation(now.name, lines, moved))
+    return found
 
 
 def gate(current: Path, baseline: Path, rules: list[str], tolerance: float, aggregate: str,
-         outputs: Outputs) -> Output:
+         significance: float | None, run_noise_pct: float | None, outputs: Outputs) -> Output:
     outputs.check("gate", files=[current, baseline], what="an input of the gate")
     parsed = [gating.parse_rule(text) for text in rules or (gating.DEFAULT_RULE,)]
     now = gating.load_runs(current)
     before = gating.load_runs(baseline, must_be_json=True)
     if aggregate == "median":
         now, before = gating.aggregate(now), gating.aggregate(before)
-    verdicts = gating.evaluate(parsed, now, before, tolerance)
+    noise = DEFAULT_NOISE.scaled(run_noise_pct)
+    verdicts = gating.evaluate(parsed, now, before, tolerance, significance, noise)
     failed = [v for v in verdicts if v.verdict == "FAIL"]
     summary = (f"{len(failed)} of {len(verdicts)} checks failed" if failed
                else f"all {len(verdicts)} checks passed")
-    columns = gating.COLUMNS + (gating.REPEAT_COLUMNS if aggregate == "median" else [])
+    columns = gating.COLUMNS + (gating.REPEAT_COLUMNS if aggregate == "median" else []) + (
+        gating.NOISE_COLUMNS if significance is not None else [])
+    explanations = explain(verdicts, gating.match_runs(now, before), significance or 0.95,
+                           noise) if failed else []
+    sections = [Section(f"Why {e.run} failed: {'; '.join(e.failed)}",
+                        [f"{k}. {text}" for k, text in enumerate(e.contributors, 1)])
+                for e in explanations]
     document = GateDocument(str(current), str(baseline), [r.text for r in parsed], tolerance,
-                            aggregate, len(verdicts), len(failed), verdicts)
-    return Output(document, [Table(columns, verdicts)], summary=summary, title="ddpprof gate",
-                  exit_code=1 if failed else 0)
+                            aggregate, len(verdicts), len(failed), verdicts, significance,
+                            explanations)
+    return Output(document, [Table(columns, verdicts)], sections, summary=summary,
+                  title="ddpprof gate", exit_code=1 if failed else 0)

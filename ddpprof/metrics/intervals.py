@@ -101,3 +101,12 @@ def window(a: Intervals, start: float, end: float) -> Intervals:
     lows, highs = np.maximum(starts[first:last], start), np.minimum(ends[first:last], end)
     keep = highs > lows
     return lows[keep], highs[keep]
+
+
+def contains(intervals: Intervals, points: np.ndarray) -> np.ndarray:
+    """For each point, whether it lies in ``intervals`` (a canonical set)."""
+    lows, highs = intervals
+    points = np.asarray(points, dtype=np.float64)
+    k = np.searchsorted(lows, points, side="right") - 1
+    return (k >= 0) & (points < highs[np.maximum(k, 0)]) if lows.size else np.zeros(
+        points.size, dtype=bool)

@@ -19,6 +19,7 @@ ranks as written, which assumes the ranks' clocks agree (one host, or hosts kept
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,36 +59,65 @@ def _instances(calls: CollectiveCalls, group: str, kind: str) -> tuple[np.ndarra
     return np.array(picked, dtype=np.int64), [calls.sequence[i] for i in picked]
 
 
-def wait_split(calls_by_rank: dict[int, CollectiveCalls]) -> WaitAnalysis:
-    """Match every rank's calls and split each call's time into wait and transfer."""
-    totals = {rank: [0.0, 0.0, 0.0, 0] for rank in calls_by_rank}
-    waiting: dict[int, list[tuple[float, float]]] = {rank: [] for rank in calls_by_rank}
-    unmatched: list[str] = []
-    transfer_start = {rank: calls.start_us.copy() for rank, calls in calls_by_rank.items()}
+def _matched_calls(calls_by_rank: dict[int, CollectiveCalls], unmatched: list[str]
+                   ) -> Iterator[tuple[dict[int, int], int, float]]:
+    """Every call matched across ranks: ``{rank: its index in that rank's calls}``, the rank
+    that arrived last and when."""
     keys = sorted({(c.group[i], c.kind[i]) for c in calls_by_rank.values() for i in range(c.n)})
     for group, kind in keys:
         members = {rank: _instances(calls, group, kind) for rank, calls in calls_by_rank.items()}
         members = {rank: m for rank, m in members.items() if m[0].size}
         if len(members) < 2:
             continue
-        label = f"{kind} in group {group or 'default'}"
-        matched = _match(members, label, unmatched)
-        for rows in matched:  # rows: {rank: event index}
+        for rows in _match(members, f"{kind} in group {group or 'default'}", unmatched):
             starts = {r: calls_by_rank[r].start_us[i] for r, i in rows.items()}
             last_rank = max(starts, key=lambda r: (starts[r], r))
-            last_start = starts[last_rank]
-            for rank, i in rows.items():
-                start, end = calls_by_rank[rank].start_us[i], calls_by_rank[rank].end_us[i]
-                transfer = min(max(end - last_start, 0.0), end - start)
-                wait = (end - start) - transfer
-                transfer_start[rank][i] = end - transfer
-                totals[rank][0] += transfer
-                totals[rank][1] += wait
-                if wait > 0:
-                    waiting[rank].append((start, start + wait))
-                totals[rank][3] += 1
-                if rank != last_rank:
-                    totals[last_rank][2] += wait
+            yield rows, last_rank, float(starts[last_rank])
+
+
+@dataclass(frozen=True)
+class CallWaits:
+    """One rank's matched calls that waited: each one's index in the rank's calls, its wait
+    (from its start to the last member's arrival, clipped to the call) and that last rank."""
+
+    index: np.ndarray
+    wait_us: np.ndarray
+    late_rank: np.ndarray
+
+
+def call_waits(calls_by_rank: dict[int, CollectiveCalls]) -> dict[int, CallWaits]:
+    """Per rank, every call that waited for a later rank (see the module's docstring)."""
+    found: dict[int, list[tuple[int, float, int]]] = {rank: [] for rank in calls_by_rank}
+    for rows, last_rank, last_start in _matched_calls(calls_by_rank, []):
+        for rank, i in rows.items():
+            start, end = calls_by_rank[rank].start_us[i], calls_by_rank[rank].end_us[i]
+            wait = min(max(last_start - start, 0.0), end - start)
+            if wait > 0:
+                found[rank].append((i, wait, last_rank))
+    return {rank: CallWaits(*(np.array(column) for column in zip(*rows, strict=True)))
+            if rows else CallWaits(np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64))
+            for rank, rows in found.items()}
+
+
+def wait_split(calls_by_rank: dict[int, CollectiveCalls]) -> WaitAnalysis:
+    """Match every rank's calls and split each call's time into wait and transfer."""
+    totals = {rank: [0.0, 0.0, 0.0, 0] for rank in calls_by_rank}
+    waiting: dict[int, list[tuple[float, float]]] = {rank: [] for rank in calls_by_rank}
+    unmatched: list[str] = []
+    transfer_start = {rank: calls.start_us.copy() for rank, calls in calls_by_rank.items()}
+    for rows, last_rank, last_start in _matched_calls(calls_by_rank, unmatched):
+        for rank, i in rows.items():
+            start, end = calls_by_rank[rank].start_us[i], calls_by_rank[rank].end_us[i]
+            transfer = min(max(end - last_start, 0.0), end - start)
+            wait = (end - start) - transfer
+            transfer_start[rank][i] = end - transfer
+            totals[rank][0] += transfer
+            totals[rank][1] += wait
+            if wait > 0:
+                waiting[rank].append((start, start + wait))
+            totals[rank][3] += 1
+            if rank != last_rank:
+                totals[last_rank][2] += wait
     return WaitAnalysis({rank: WaitSplit(t[0], t[1], t[2], t[3], _union_us(waiting[rank]))
                          for rank, t in totals.items()}, unmatched, transfer_start)
 

@@ -21,7 +21,7 @@ import click
 import msgspec
 
 from .. import options
-from ..variants import BUCKETED_VARIANT_NAMES, DEFAULT_BUCKET_CAP_MIB
+from ..variants import BUCKETED_VARIANT_NAMES, DEFAULT_BUCKET_CAP_MIB, VARIANTS
 
 CONFIG_FILE = ".config.json"
 BACKENDS = ("auto", "gloo", "nccl")
@@ -82,6 +82,11 @@ class RunConfig(Launch):
         options.POSITIVE_FLOAT))
     gradient_as_bucket_view: bool = field(default=False, metadata=cli(
         "pytorch_ddp's option of that name.", flag=True))
+    tp: int | None = field(default=None, metadata=cli(
+        "Tensor-parallel degree: ranks that split each layer ("
+        + ", ".join(f"{name}: default {info.default_tp}" for name, info in VARIANTS.items()
+                    if info.tensor_parallel) + ").",
+        options.POSITIVE_INT))
     wait: int = field(default=1, metadata=cli(
         "Profiler schedule: steps skipped.", options.NON_NEGATIVE_INT))
     warmup: int = field(default=2, metadata=cli(
@@ -92,8 +97,18 @@ class RunConfig(Launch):
         "AdamW's learning rate.", options.NON_NEGATIVE_FLOAT))
     seed: int = field(default=0, metadata=cli(
         "Seed of the data and of the initial weights.", options.SEED))
+    inject_delay: str | None = field(default=None, metadata=cli(
+        "RANK:MS: that rank sleeps MS ms at the start of every step, in a traced span "
+        "(ddpprof::injected_delay): a known straggler, to test attribution.",
+        options.INJECT_DELAY))
     # bench times unprofiled runs; not an option of record
     profile: bool = True
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Ranks that train on different samples: all of them, or one per tensor-parallel
+        group."""
+        return self.world_size // (self.tp or 1)
 
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)

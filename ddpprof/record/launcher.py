@@ -20,6 +20,7 @@ from pathlib import Path
 
 import msgspec
 
+from .. import processes
 from ..atomic import json_text
 from ..errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
 from ..manifest import (
@@ -72,10 +73,12 @@ class Recording:
                    ) -> RunConfig:
         """The configuration of ``variant``'s run, every default resolved."""
         config = config or self.config
+        info = VARIANTS[variant]
         return config.replace(
             variant=variant, backend=backend,
-            grad_accum=config.grad_accum or VARIANTS[variant].default_grad_accum,
-            nproc=config.nproc if VARIANTS[variant].distributed else 1)
+            grad_accum=config.grad_accum or info.default_grad_accum,
+            nproc=config.nproc if info.distributed else 1,
+            tp=(config.tp or info.default_tp) if info.tensor_parallel else None)
 
     @property
     def log_name(self) -> str:
@@ -147,16 +150,33 @@ def validate(recording: Recording) -> None:
                          "--nnodes > 1")
     for planned in recording.runs():
         run = recording.run_config(planned.variant, config.backend, planned.config)
-        if config.global_batch % (run.world_size * run.grad_accum):
-            raise UsageError(f"--global-batch {config.global_batch} is not divisible by world "
-                             f"size {run.world_size} x grad-accum {run.grad_accum} "
-                             f"(variant {planned.variant})")
+        if run.tp is not None:
+            check_tensor_parallel(run)
+        if config.global_batch % (run.data_parallel_size * run.grad_accum):
+            size = f"data-parallel size {run.data_parallel_size}" if run.tp else \
+                f"world size {run.world_size}"
+            raise UsageError(f"--global-batch {config.global_batch} is not divisible by "
+                             f"{size} x grad-accum {run.grad_accum} (variant {planned.variant})")
     if resolve_backend(config.backend) == "nccl":
         gpus = cuda_device_count()
         nproc = max(c.nproc for c in recording.configs or (config,))
         if nproc > gpus:
             raise UsageError(f"--backend nccl needs one GPU per rank: --nproc {nproc}, "
                              f"but {gpus} CUDA GPU(s) are visible")
+
+
+def check_tensor_parallel(run: RunConfig) -> None:
+    """A tensor-parallel run's ``--tp`` must divide its world size and the widths and heads it
+    splits (checked on the model built on the meta device: shapes, no weights)."""
+    from workloads.models import build_model_skeleton
+
+    from ..variants.fsdp_tp import tensor_parallel_problem
+
+    assert run.tp is not None
+    problem = tensor_parallel_problem(build_model_skeleton(run.model, run.model_path),
+                                      run.world_size, run.tp)
+    if problem:
+        raise UsageError(f"--tp {run.tp}: {problem} ({run.model}, variant {run.variant})")
 
 
 def torchrun_command(config: Launch, run_dir: Path, rdzv_id: str,
@@ -193,7 +213,7 @@ def record(recording: Recording) -> list[RunOutcome]:
         if leader:
             for target in recording.targets():
                 folders.clear_previous(target, locks)
-        process.become_subreaper()  # only now: bad input must leave this process as it was
+        processes.become_subreaper()  # only now: bad input must leave this process as it was
         progress = Progress(quiet=recording.quiet, total=len(planned))
         outcomes: list[RunOutcome] = []
         for run in planned:
@@ -278,7 +298,7 @@ def run_torchrun(command: list[str], folder: RunFolder, log_name: str, backend: 
     with folder.new_file(log_name) as log:
         torchrun = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                    preexec_fn=process.preexec_die_with_parent())
+                                    preexec_fn=processes.preexec_die_with_parent())
     watchdog = Watchdog(torchrun, timeout_s, guard)
     guard.attach(torchrun.pid)
     try:
@@ -350,14 +370,14 @@ class Watchdog:
                  guard: process.SignalGuard) -> None:
         self.torchrun, self.timeout_s, self.guard = torchrun, timeout_s, guard
         self.launched = time.monotonic()
-        self.started = not process.can_list_children()  # cannot tell: assume started
+        self.started = not processes.can_list_children()  # cannot tell: assume started
         self.expired = False
 
     def check(self) -> None:
         if self.guard.overdue():
             self.guard.kill_child()
         if not self.started:
-            self.started = bool(process.child_pids(self.torchrun.pid))
+            self.started = bool(processes.child_pids(self.torchrun.pid))
             if not self.started and time.monotonic() - self.launched > self.timeout_s:
                 self.expired = True
                 self.started = True  # checked once
@@ -378,6 +398,7 @@ def add_measurements(manifest: RunManifest, result: measurements.WorkerResult,
     manifest.measured = result.measured
     manifest.memory = result.memory
     manifest.buckets = result.buckets
+    manifest.mesh = result.mesh
     seq_len = result.measured.seq_len
     phases = measurements.step_phases(config.steps, config.wait, config.warmup, config.active,
                                       config.profile)

@@ -7,7 +7,14 @@ import statistics
 
 import msgspec
 
-from ..manifest import BucketRecord, MemoryRow, RunMeasurements, StepRecord, Throughput
+from ..manifest import (
+    BucketRecord,
+    MemoryRow,
+    MeshRecord,
+    RunMeasurements,
+    StepRecord,
+    Throughput,
+)
 
 #: Steps whose time stands for training speed: not profiled (wait, after the window), never the
 #: first step, which pays for lazy initialisation.
@@ -22,6 +29,7 @@ class WorkerResult(msgspec.Struct, kw_only=True):
     measured: RunMeasurements           # run.json's ``measured``
     memory: list[MemoryRow] | None = None   # one row per rank (workloads/memory.py)
     buckets: list[BucketRecord] | None = None  # the gradient collectives of one sync
+    mesh: MeshRecord | None = None          # several process groups (fsdp_tp)
     step_wall_s: list[float]            # the slowest rank's
     step_sync_s: list[float]            # the slowest rank's
     step_loss: list[float | None]       # the mean over ranks; None where it was not finite

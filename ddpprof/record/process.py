@@ -14,20 +14,19 @@ mechanisms close every path (Linux; elsewhere only the forwarding of signals hol
 * **subreaper**: ddpprof adopts the orphans of its descendants (``PR_SET_CHILD_SUBREAPER``), so
   after torchrun exits, any process it left behind is killed and reaped before ``run.json`` is
   finished: no rank writes into a run folder once its status is final.
+
+The requests to the kernel and the reading of ``/proc`` are ``ddpprof.processes``'s, shared with
+``analyze``'s workers and the trace decoders.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
-import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
 
-from ..manifest import proc_stat_fields
+from ..processes import child_pids, die_with_parent, parent_of
 
 #: Set by ``ddpprof record`` in torchrun's environment: the ranks check that their parent's
 #: parent is this process.
@@ -35,32 +34,6 @@ LAUNCHER_PID_ENV = "DDPPROF_LAUNCHER_PID"
 #: How long torchrun gets to stop its ranks after a forwarded signal before it is killed.
 GRACE_S = 10.0
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-
-
-def _prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-def die_with_parent(expected_parent: int | None = None) -> bool:
-    """Ask for SIGKILL when the parent exits; then, if ``expected_parent`` is given and the
-    parent is no longer it (it died before the request took effect), exit at once.
-
-    Returns whether the request could be made (False off Linux).
-    """
-    prctl = _prctl()
-    if prctl is None or prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        return False
-    if expected_parent is not None and os.getppid() != expected_parent:
-        os._exit(1)
-    return True
 
 
 def die_with_launcher() -> None:
@@ -73,44 +46,6 @@ def die_with_launcher() -> None:
     launcher = os.environ.get(LAUNCHER_PID_ENV)
     if launcher and parent_of(parent) != int(launcher):
         os._exit(1)  # torchrun died before we asked: we were adopted by someone else
-
-
-def preexec_die_with_parent() -> Callable[[], None]:
-    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets SIGKILL when this process
-    exits. libc is loaded here, in the parent, so the child only makes the call."""
-    prctl = _prctl()
-    launcher = os.getpid()
-
-    def request() -> None:
-        if prctl is not None and prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0 \
-                and os.getppid() != launcher:
-            os._exit(1)
-
-    return request
-
-
-def become_subreaper() -> bool:
-    prctl = _prctl()
-    return prctl is not None and prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-
-
-def parent_of(pid: int) -> int | None:
-    fields = proc_stat_fields(pid)
-    return int(fields[1]) if fields else None
-
-
-def can_list_children() -> bool:
-    return Path("/proc/self/stat").is_file()
-
-
-def child_pids(parent: int) -> list[int]:
-    """Processes whose parent is ``parent`` (Linux ``/proc``; empty elsewhere)."""
-    children = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit() and parent_of(int(entry.name)) == parent:
-                children.append(int(entry.name))
-    return children
 
 
 def kill_and_reap_children(timeout_s: float = 10.0) -> list[int]:

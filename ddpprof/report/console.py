@@ -12,7 +12,8 @@ from .output import Section
 from .table import Column, Table
 
 #: The default table fits 100 columns. step_ms is the analyzed window over the steps analyzed
-#: (mean over ranks); comm_overhead_pct is the exposed communication, % of the window.
+#: (mean over ranks, ``RankMetrics``); comm_overhead_pct is the exposed communication, % of
+#: the window.
 RUN_COLUMNS = [Column("run", max_width=24), Column("ranks"), Column("step_ms"),
                Column("compute_pct"), Column("comm_overhead_pct", "exposed_comm_pct"),
                Column("overlap_pct"), Column("top_finding", max_width=22)]
@@ -32,8 +33,7 @@ def run_lines(analysis: Analysis, findings: list[Finding]) -> list[dict[str, Any
     lines = []
     for run in analysis.runs:
         row = run_row(run)
-        lines.append({**row.to_dict(), "step_ms": row.metrics.window_ms / max(row.steps, 1),
-                      "top_finding": top.get(run.name)})
+        lines.append({**row.to_dict(), "top_finding": top.get(run.name)})
     return lines
 
 

@@ -35,7 +35,7 @@ from ..graph.contended import Tax
 from ..graph.edit import WorldSize
 from ..graph.model import CycleError, StepGraph
 from ..graph.whatif import Edit
-from ..manifest import INCOMPLETE, effective_status, status_detail
+from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
 from ..metrics.cost import CostModel, fit_cost
 from ..trace.discover import discover
 from ..variants import VariantInfo, variant_info
@@ -72,6 +72,7 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     if (status := effective_status(run.manifest)) in INCOMPLETE:
         raise UsageError(f"{run.folder}: the run is {status} ({status_detail(run.manifest)}); "
                          "simulate calibrates only from a complete run")
+    check_replayable(run.manifest, run.folder)
     analyzed = analyze_run(run, AnalysisOptions(keep_last_step=keep_last_step,
                                                 step_graphs=True, jobs=jobs,
                                                 max_graph_steps=REPLAYED_STEPS))
@@ -85,6 +86,16 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
                     shared_cores=shared_cores)
 
 
+def check_replayable(manifest: RunManifest, where: object) -> None:
+    """Refuse a run of a tensor-parallel variant (``VariantInfo.tensor_parallel``): its
+    collectives go over several process groups, and the replay re-times one."""
+    variant = manifest.config.variant if manifest.config else None
+    info = variant_info(variant)
+    if info is not None and info.tensor_parallel:
+        raise UsageError(f"{where}: simulate replays the collectives of one process group; "
+                         f"{variant} communicates over several (its mesh's dimensions)")
+
+
 def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
              world_sizes: list[int] | None, costs: Costs, ready_order: bool = False,
              sweep_points: dict[float, float] | None = None, edits: tuple[Edit, ...] = (),
@@ -96,6 +107,7 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
     advice), not every step. ``shared_cores``: every rank, at any world size, shares that many
     cores (one CPU host: ``graph.edit.WorldSize.crowding``)."""
     manifest, config = run.manifest, run.manifest.config
+    check_replayable(manifest, run_path)
     joined, notes = join_steps({r.rank: r.graph_steps or [] for r in run.ranks})
     graphs = [g for g in joined if _acyclic(g, notes)]
     if not graphs:

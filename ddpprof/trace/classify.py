@@ -122,25 +122,55 @@ MATMUL_OPS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 
 #: Work classes that ``critical-path --faster CLASS=PCT`` speeds up: matrix products (host
 #: ops of :data:`MATMUL_OPS` and ``aten::matmul``/``aten::linear``, GEMM kernels of cuBLAS,
 #: CUTLASS and their xmma/wgmma generations), and any compute.
-WORK_CLASSES: dict[str, re.Pattern[str]] = {
-    "gemm": re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear)$|gemm|cutlass|xmma|"
-                       r"wgmma", re.IGNORECASE),
-    "compute": re.compile(r""),
-}
+GEMM = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear)$|gemm|cutlass|xmma|wgmma",
+                  re.IGNORECASE)
+WORK_CLASSES: dict[str, re.Pattern[str]] = {"gemm": GEMM, "compute": re.compile(r"")}
 
 
 def work_class(name: str) -> str:
     """The overlap tax's class of a compute op or kernel (``metrics.tax.WORK_CLASSES``):
     ``gemm`` (:data:`WORK_CLASSES`' matrix products), else ``other``."""
-    return "gemm" if WORK_CLASSES["gemm"].search(name) else "other"
+    return "gemm" if GEMM.search(name) else "other"
 
 
+#: Categories of compute (kernels on a GPU, host ops on a CPU run) for the step-time
+#: attribution of ``ddpprof diff``: the first whose pattern is found in the name. Convolutions
+#: and embeddings come before GEMM (cuDNN's implicit-GEMM kernels are convolutions, FBGEMM's
+#: embedding kernels are not matrix products), norms before reductions (a layer norm's
+#: moments are its own), copies before elementwise.
+WORK_CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern, re.IGNORECASE)) for name, pattern in (
+        ("optimizer", r"multi_tensor_apply|fused_adam|adamw?_|_foreach_|lamb_|sgd_"),
+        ("attention", r"flash|fmha|attention|attn|sdpa|scaled_dot_product|\bmha"),
+        ("conv", r"conv|fprop|dgrad|wgrad|winograd|cudnn"),
+        ("embedding", r"embedding|fbgemm_gpu::|index_?select|gather|scatter|index_add|"
+                      r"^aten::index(?:_put_?)?$"),
+        ("gemm", GEMM.pattern + r"|gemv|splitkreduce|cublas|triton_tem"),
+        ("norm", r"norm|softmax|moments"),
+        ("reduction", r"reduce|scan|sum\b|sum_|mean|nll_loss|cross_entropy|argmax|argmin|topk|"
+                      r"sort|triton_red|triton_per|aten::(?:max|min|amax|amin|prod|all|any)$"),
+        ("copy", r"copy|catarray|^aten::(?:cat|contiguous|to|_to_copy|clone|stack)$"),
+        ("elementwise", r"elementwise|pointwise|triton_poi|functor|^aten::(?:add|sub|rsub|mul|div|"
+                        r"neg|abs|exp|log|pow|sqrt|rsqrt|reciprocal|sign|relu|gelu|silu|"
+                        r"sigmoid|tanh|erf|threshold|hardtanh|leaky_relu|softplus|mish|dropout|"
+                        r"native_dropout|clamp|where|masked_fill|fill|zero|addcmul|addcdiv|lerp|"
+                        r"maximum|minimum|eq|ne|lt|le|gt|ge|logical_\w+|bitwise_\w+)"
+                        r"(?:_backward)?_?$"),
+    ))
+#: Categories that are not read from a name: work inside an ``Optimizer.*`` span (the
+#: optimizer's step, or a kernel launched from it), work inside the data loader's span, and
+#: everything no pattern names.
+OPTIMIZER_CATEGORY, DATALOADER_CATEGORY, OTHER_CATEGORY = "optimizer", "data loading", "other"
 #: Spans in which the training thread waits for communication and computes nothing: ddpprof's
 #: ``ddpprof::wait``, any other ``*wait*`` span, and FSDP2's collectives, which block the
 #: thread on gloo.
 BLOCKING_WAIT = re.compile(r"wait|^FSDP::(?:all_gather(?:\s*\(|$)|post_backward_reduce)",
                            re.IGNORECASE)
 OPTIMIZER_PREFIX = "Optimizer."
+#: Host ops that create tensors or views without computing anything: named ``other``.
+_NO_COMPUTE_OPS = re.compile(r"^aten::(?:empty|empty_like|empty_strided|view|reshape|t|"
+                             r"transpose|permute|expand|as_strided|select|slice|unsqueeze|"
+                             r"squeeze|detach|alias|resize_|set_|lift_fresh|result_type)$")
 
 
 class KernelClassifier:
@@ -404,3 +434,24 @@ def keeps_call_arguments(name: str) -> bool:
     spans and the gradient-ready op. Device kernels that declare a ``Collective name`` are
     kept whatever their name."""
     return bool(HOST_COMM.search(name)) or name == GRAD_READY
+
+
+# ---- compute categories (``ddpprof diff``) ----------------------------------------------------
+
+def work_category(name: str) -> str:
+    """The category of a compute kernel or host op from its name (:data:`WORK_CATEGORIES`);
+    ``other`` when none matches, or for an op that only makes a tensor or a view."""
+    if _NO_COMPUTE_OPS.match(name):
+        return OTHER_CATEGORY
+    return next((category for category, pattern in WORK_CATEGORIES if pattern.search(name)),
+                OTHER_CATEGORY)
+
+
+def is_optimizer_span(name: str) -> bool:
+    """The span of an optimizer's step (``Optimizer.step#AdamW.step``, and its
+    ``zero_grad``)."""
+    return name.startswith(OPTIMIZER_PREFIX)
+
+
+def is_dataloader_span(name: str) -> bool:
+    return bool(DATALOADER.search(name))

@@ -3,20 +3,23 @@ on local disk or behind a URL (see ``storage``); runs and ranks are found the sa
 bucket as in a folder.
 
 One unreadable folder or malformed ``run.json`` never hides the other runs: it becomes that
-run's error.
+run's error. A FIFO, a device or a socket with a trace's name is never read (reading could
+block forever, or never end): in a folder it is skipped with a note, named directly it is
+refused.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import manifest as manifest_module
 from ..errors import TraceError, UsageError
-from ..manifest import RunManifest
-from . import storage
+from ..manifest import MAX_MANIFEST_BYTES, RunManifest
+from . import io, storage
 from .storage import Location
 
 MANIFEST_NAME = "run.json"
@@ -34,6 +37,7 @@ class RunInput:
     #: The JSON files found beside run folders (an analysis, a summary, or a stray trace):
     #: a run only if one of them is a trace.
     beside_runs: bool = False
+    notes: list[str] = field(default_factory=list)    # what was found but left out
 
 
 def display_name(name: str) -> str:
@@ -51,9 +55,22 @@ def is_trace_file(path: Path) -> bool:
     return is_trace_name(path.name) and path.is_file()
 
 
-def _trace_files(folder: Location) -> list[Location]:
-    return [child for child, folder_like in storage.children(folder)
-            if not folder_like and is_trace_name(storage.name(child))]
+def _trace_files(folder: Location) -> tuple[list[Location], list[str]]:
+    """The trace files of ``folder``, and a note naming those that are not regular files."""
+    traces: list[Location] = []
+    special: list[str] = []
+    for child, kind in storage.children(folder):
+        if kind == "folder" or not is_trace_name(storage.name(child)):
+            continue
+        if kind == "file":
+            traces.append(child)
+        else:
+            special.append(display_name(storage.name(child)))
+    if not special:
+        return traces, []
+    more = f" and {len(special) - 3} more" if len(special) > 3 else ""
+    return traces, [f"skipped {', '.join(special[:3])}{more}: not a regular file (a FIFO, a "
+                    "device or a socket is never read)"]
 
 
 def read_manifest(folder: Location) -> RunManifest:
@@ -66,14 +83,17 @@ def read_manifest(folder: Location) -> RunManifest:
     if isinstance(path, Path):
         return manifest_module.read_manifest(path)
     try:
-        document = json.loads(storage.read_bytes(path))
+        document = json.loads(io.read_url(path, MAX_MANIFEST_BYTES, None))
     except ValueError as error:
         raise TraceError(path, f"not JSON ({error})") from None
     return manifest_module.manifest_from_json(document, path)
 
 
-def _run(name: str, folder: Location, traces: list[Location]) -> RunInput:
-    run = RunInput(display_name(name), folder, traces)
+def _run(name: str, folder: Location, traces: list[Location], notes: list[str]) -> RunInput:
+    run = RunInput(display_name(name), folder, traces, notes=notes)
+    if not traces:
+        run.error = f"{folder}: no trace file to read ({'; '.join(notes)})"
+        return run
     try:
         run.manifest = read_manifest(folder)
     except UsageError as error:
@@ -81,20 +101,42 @@ def _run(name: str, folder: Location, traces: list[Location]) -> RunInput:
     return run
 
 
-def _subfolders(path: Location) -> list[tuple[Location, list[Location] | None, str | None]]:
-    """(subfolder, its trace files or None, the error reading it) for each visible subfolder."""
+def _subfolders(path: Location) -> list[RunInput]:
+    """A run for each visible subfolder that holds trace files (or files named so), or that
+    cannot be read."""
     found = []
-    for sub, folder_like in storage.children(path):
-        if storage.name(sub).startswith(".") or not folder_like:
+    for sub, kind in storage.children(path):
+        if storage.name(sub).startswith(".") or kind != "folder":
             continue
         try:
-            traces = _trace_files(sub)
+            traces, notes = _trace_files(sub)
         except OSError as error:
-            found.append((sub, None, f"{sub}: cannot be read ({error.strerror or error})"))
+            found.append(RunInput(display_name(storage.name(sub)), sub, [], error=(
+                f"{sub}: cannot be read ({error.strerror or error})")))
             continue
-        if traces:
-            found.append((sub, traces, None))
+        if traces or notes:
+            found.append(_run(storage.name(sub), sub, traces, notes))
     return found
+
+
+def _check_named_file(path: Location) -> bool:
+    """Whether ``path`` is a file to read (else a folder); a TraceError where it is neither,
+    or something that is not a regular file (see ``io.open_regular``)."""
+    if not isinstance(path, Path):
+        if storage.is_file(path):
+            return True
+        if not storage.is_dir(path):
+            raise TraceError(path, "no such file or folder")
+        return False
+    try:
+        status = os.stat(path)                # a link is what it points to
+    except FileNotFoundError:
+        raise TraceError(path, "no such file or folder" + (
+            " (a link to nothing)" if os.path.islink(path) else "")) from None
+    if stat.S_ISDIR(status.st_mode):
+        return False
+    io.check_regular(path, status)
+    return True
 
 
 def discover(paths: list[Location]) -> list[RunInput]:
@@ -103,32 +145,27 @@ def discover(paths: list[Location]) -> list[RunInput]:
     loose: dict[Location, list[Location]] = {}
     for path in paths:
         try:
-            if storage.is_file(path):
+            if _check_named_file(path):
                 loose.setdefault(storage.parent(path), []).append(path)
                 continue
-            if not storage.is_dir(path):
-                raise TraceError(path, "no such file or folder")
             # Subfolders with traces make this a folder of runs; JSON files beside them (an
             # analysis, a summary, or the trace of a folder that also holds another tool's
             # output) are one more run, dropped if none of them is a trace.
             found = _subfolders(path)
-            traces = _trace_files(path)
+            traces, notes = _trace_files(path)
             if found:
-                for sub, sub_traces, error in found:
-                    run = _run(storage.name(sub), sub, sub_traces or [])
-                    run.error = error or run.error
-                    runs.append(run)
+                runs += found
                 if traces:
-                    beside = _run(storage.name(path) or str(path), path, traces)
+                    beside = _run(storage.name(path) or str(path), path, traces, notes)
                     beside.beside_runs = True
                     runs.append(beside)
             elif traces:
-                runs.append(_run(storage.name(path) or str(path), path, traces))
+                runs.append(_run(storage.name(path) or str(path), path, traces, notes))
             else:
                 raise TraceError(path, "no trace files (*.json, *.json.gz) here or in its "
-                                       "subfolders")
+                                       "subfolders" + "".join(f"; {note}" for note in notes))
         except OSError as error:
             raise TraceError(path, f"cannot be read ({error.strerror or error})") from None
-    runs += [_run(storage.name(folder), folder, sorted(files, key=str))
+    runs += [_run(storage.name(folder), folder, sorted(files, key=str), [])
              for folder, files in loose.items()]
     return runs

@@ -69,3 +69,20 @@ class RankTrace:
     @property
     def n_events(self) -> int:
         return int(self.start_us.size)
+
+
+def launch_times(trace: RankTrace, stream: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """When each event was issued: a host event's own start; a device event's launching host
+    event's start (same correlation id), else its own start."""
+    host = (stream < 0) & trace.has_correlation
+    launch = np.where(stream < 0, start, np.nan)
+    if host.any():
+        order = np.argsort(trace.correlation[host], kind="stable")
+        host_corr = trace.correlation[host][order]
+        host_start = start[host][order]
+        where = np.clip(np.searchsorted(host_corr, trace.correlation), 0, host_corr.size - 1)
+        matched = trace.has_correlation & (host_corr[where] == trace.correlation)
+        launch = np.where(matched & (stream >= 0), host_start[where], launch)
+    unmatched_device = (stream >= 0) & np.isnan(launch)
+    launch[unmatched_device] = start[unmatched_device]
+    return launch

@@ -6,20 +6,38 @@ standard credentials and endpoint settings apply as fsspec's back-ends read them
 (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``GOOGLE_APPLICATION_CREDENTIALS``,
 ``AZURE_STORAGE_CONNECTION_STRING``, ...). Local paths never touch fsspec, so the lean install
 (without the ``cluster`` extra) reads them as before.
+
+A URL is checked before fsspec sees it (its scheme must be one of :data:`SCHEMES`, and it must
+parse), and every call to the store is given ``DDPPROF_URL_TIMEOUT_S`` seconds to answer
+(:func:`within_deadline`, 30 s by default): no network, a credential lookup that retries, a
+server that never answers, or any error the store's library raises is one line naming the
+URL, in bounded time.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
+import threading
+import urllib.parse
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from ..errors import TraceError, UsageError
 
 Location = Path | str
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: The schemes read through fsspec: object stores, HTTP and local files.
+SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "file")
+URL_TIMEOUT_ENV = "DDPPROF_URL_TIMEOUT_S"
+DEFAULT_URL_TIMEOUT_S = 30.0
+#: What a folder's entry is: a folder, a file (a regular one, a link to one, or a link to
+#: nothing, which fails when it is read), or something else (a FIFO, a device, a socket).
+Kind = Literal["folder", "file", "special"]
+_T = TypeVar("_T")
 
 
 def is_url(location: Location | str) -> bool:
@@ -27,8 +45,13 @@ def is_url(location: Location | str) -> bool:
 
 
 def location_of(text: str) -> Location:
-    """A command-line PATH as a location: URLs stay text (``Path`` would fold ``//``)."""
-    return text if is_url(text) else Path(text)
+    """A command-line PATH as a location: URLs stay text (``Path`` would fold ``//``), but a
+    ``file://`` URL is the local path it names (read as local files are, see ``io``)."""
+    if not is_url(text):
+        return Path(text)
+    if text[:7].lower() == "file://":
+        return Path(urllib.parse.unquote(urllib.parse.urlsplit(text).path))
+    return text
 
 
 def name(location: Location) -> str:
@@ -38,7 +61,12 @@ def name(location: Location) -> str:
 
 def report_name(location: Location) -> str:
     """What a report about ``location`` is called: the folder's own name (``.`` resolved)."""
-    return location.resolve().name if isinstance(location, Path) else name(location)
+    if not isinstance(location, Path):
+        return name(location)
+    try:
+        return location.resolve().name
+    except (OSError, RuntimeError):          # a loop of links: named as given
+        return Path(os.path.abspath(location)).name
 
 
 def join(location: Location, child: str) -> Location:
@@ -48,6 +76,20 @@ def join(location: Location, child: str) -> Location:
 def parent(location: Location) -> Location:
     return location.parent if isinstance(location, Path) else location.rstrip("/").rsplit(
         "/", 1)[0]
+
+
+def url_timeout_s() -> float:
+    """How long a store may take to answer one call: ``DDPPROF_URL_TIMEOUT_S``, else 30 s."""
+    text = os.environ.get(URL_TIMEOUT_ENV)
+    if not text:
+        return DEFAULT_URL_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise UsageError(f"{URL_TIMEOUT_ENV}={text!r}: not a number of seconds above 0")
+    return value
 
 
 @lru_cache(maxsize=32)
@@ -64,50 +106,87 @@ def _filesystem(protocol: str, pid: int) -> Any:
                          "'ddpprof[cluster]' brings s3fs, gcsfs and adlfs") from None
 
 
-def _fs(url: str) -> tuple[Any, str]:
+def check_url(url: str) -> str:
+    """The URL's scheme, lower-cased, once the URL is one ddpprof reads and it parses; a
+    TraceError naming it otherwise."""
     protocol = url.split("://", 1)[0].lower()
-    fs = _filesystem(protocol, os.getpid())
-    return fs, fs._strip_protocol(url)
-
-
-def _url(fs: Any, path: str) -> str:
-    return fs.unstrip_protocol(path)
-
-
-def read_bytes(location: Location) -> bytes:
-    """The file's bytes; a missing or unreadable file is a TraceError naming it."""
+    if protocol not in SCHEMES:
+        raise TraceError(url, f"{protocol}:// is not a scheme ddpprof reads (it reads "
+                              f"{', '.join(SCHEMES)})")
     try:
-        if isinstance(location, Path):
-            return location.read_bytes()
-        fs, path = _fs(location)
-        return fs.cat_file(path)
-    except FileNotFoundError:
-        raise TraceError(location, "no such file") from None
-    except OSError as error:
-        raise TraceError(location, f"cannot be read ({error.strerror or error})") from None
+        if urllib.parse.urlsplit(url).port == 0:     # reading the port checks it
+            raise ValueError("port 0")
+    except ValueError as error:
+        raise TraceError(url, f"not a valid URL ({error})") from None
+    return protocol
+
+
+def within_deadline(url: str, call: Callable[[Any, str], _T]) -> _T:
+    """``call(filesystem, path)`` for ``url``, given :func:`url_timeout_s` to answer; any error
+    it raises is a TraceError naming the URL (``no such file`` for a missing one). The call
+    runs on a daemon thread, left behind if it never answers: the process can still exit."""
+    protocol = check_url(url)
+    timeout_s = url_timeout_s()
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            fs = _filesystem(protocol, os.getpid())
+            outcome.append((True, call(fs, fs._strip_protocol(url))))
+        except BaseException as error:  # handed to the caller's thread
+            outcome.append((False, error))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"ddpprof {url}", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise TraceError(url, f"no answer within {timeout_s:g} s ({URL_TIMEOUT_ENV}): no "
+                              "network, or a store that does not answer?")
+    succeeded, value = outcome[0]
+    if succeeded:
+        return value
+    if isinstance(value, UsageError | KeyboardInterrupt | SystemExit):
+        raise value
+    if isinstance(value, FileNotFoundError):
+        raise TraceError(url, "no such file") from None
+    if isinstance(value, OSError) and value.strerror:
+        raise TraceError(url, f"cannot be read ({value.strerror})") from None
+    raise TraceError(url, f"cannot be read ({type(value).__name__}: {value})") from None
 
 
 def is_file(location: Location) -> bool:
     if isinstance(location, Path):
         return location.is_file()
-    fs, path = _fs(location)
-    return fs.isfile(path)
+    return within_deadline(location, lambda fs, path: fs.isfile(path))
 
 
 def is_dir(location: Location) -> bool:
     if isinstance(location, Path):
         return location.is_dir()
-    fs, path = _fs(location)
-    return fs.isdir(path)
+    return within_deadline(location, lambda fs, path: fs.isdir(path))
 
 
-def children(location: Location) -> list[tuple[Location, bool]]:
-    """(child, is a folder) for each entry of a folder, sorted by name; OSError if it cannot
-    be listed."""
+def children(location: Location) -> list[tuple[Location, Kind]]:
+    """(child, what it is) for each entry of a folder, sorted by name; OSError (a TraceError
+    for a URL) if it cannot be listed."""
     if isinstance(location, Path):
-        return [(child, child.is_dir()) for child in sorted(location.iterdir())]
-    fs, path = _fs(location)
-    entries = fs.ls(path, detail=True, refresh=True)
-    found = [(_url(fs, entry["name"]), entry.get("type") == "directory") for entry in entries
-             if entry["name"].rstrip("/") != path.rstrip("/")]
-    return sorted(found, key=lambda item: item[0])
+        return [(child, _kind(child)) for child in sorted(location.iterdir())]
+
+    def listing(fs: Any, path: str) -> list[tuple[Location, Kind]]:
+        entries = fs.ls(path, detail=True, refresh=True)
+        return [(fs.unstrip_protocol(entry["name"]),
+                 "folder" if entry.get("type") == "directory" else "file")
+                for entry in entries if entry["name"].rstrip("/") != path.rstrip("/")]
+
+    return sorted(within_deadline(location, listing), key=lambda item: item[0])
+
+
+def _kind(path: Path) -> Kind:
+    try:
+        mode = os.stat(path).st_mode          # a link is what it points to
+    except OSError:
+        return "file"                         # a link to nothing: an error when it is read
+    if stat.S_ISDIR(mode):
+        return "folder"
+    return "file" if stat.S_ISREG(mode) else "special"

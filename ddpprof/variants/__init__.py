@@ -1,11 +1,12 @@
 """The data-parallel variants, selectable by name; each lives in a small module of its own.
 
 The registry below is the one place that knows a variant's properties (whether it has buckets,
-whether its sync blocks, what it shards, how it syncs its gradients); ``record``, ``bench``,
-``sweep``, ``simulate``, the findings and the help text all ask it. It names every variant
-without importing it: the analysis side (``analyze``, ``gate``, ``simulate``, ``memory``) and
-option validation need the names, and must not pay for importing torch. :func:`variant_class`
-imports a variant's module when a rank actually builds it.
+whether its sync blocks, what it shards, whether it splits layers over a tensor-parallel group,
+how it syncs its gradients); ``record``, ``bench``, ``sweep``, ``simulate``, the findings and
+the help text all ask it. It names every variant without importing it: the analysis side
+(``analyze``, ``gate``, ``simulate``, ``memory``) and option validation need the names, and must
+not pay for importing torch. :func:`variant_class` imports a variant's module when a rank
+actually builds it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class VariantInfo:
     gradient_collective: str = "all_reduce"
     #: One line for ``record --help`` and ``ddpprof variants``.
     description: str = ""
+    #: Tensor-parallel degree when the user does not choose (``--tp``); None for a variant
+    #: with no tensor-parallel dimension (one process group).
+    default_tp: int | None = None
 
     @property
     def sharded(self) -> bool:
@@ -67,6 +71,12 @@ class VariantInfo:
         ``finish_gradient_sync`` after backward (so the sync's time is its communication
         time, which ``bench`` reports)."""
         return self.gradient_sync == "blocking"
+
+    @property
+    def tensor_parallel(self) -> bool:
+        """Whether it runs on a data-parallel × tensor-parallel mesh, two process groups: the
+        tools that model one group (``simulate``, ``bench``) refuse it."""
+        return self.default_tp is not None
 
 
 VARIANTS: dict[str, VariantInfo] = {info.name: info for info in (
@@ -99,10 +109,17 @@ VARIANTS: dict[str, VariantInfo] = {info.name: info for info in (
     VariantInfo("fsdp", "fsdp", "FSDP", zero_stage=3, gradient_collective="reduce_scatter",
                 gradient_sync="fsdp",
                 description="ZeRO-3 through FSDP2 (fully_shard): everything sharded"),
+    VariantInfo("fsdp_tp", "fsdp_tp", "FSDPTP", zero_stage=3, default_tp=2,
+                gradient_collective="reduce_scatter", gradient_sync="fsdp",
+                description="a dp x tp mesh: FSDP2 over dp, layers split over --tp ranks"),
 )}
 VARIANT_NAMES: tuple[str, ...] = tuple(VARIANTS)
 #: The variants with buckets (``--bucket-cap-mib``).
 BUCKETED_VARIANT_NAMES: tuple[str, ...] = tuple(n for n, i in VARIANTS.items() if i.bucketed)
+#: What ``--variant all`` records: the variants on one process group, which run at any world
+#: size. A tensor-parallel variant needs a world size its ``--tp`` divides and communicates
+#: over two groups: it is recorded by name.
+VARIANTS_IN_ALL: tuple[str, ...] = tuple(n for n, i in VARIANTS.items() if not i.tensor_parallel)
 
 
 def variant_info(name: str | None) -> VariantInfo | None:
@@ -117,7 +134,7 @@ def variant_class(name: str) -> type[DataParallel]:
 
 def make_variant(name: str, module: nn.Module, *,
                  bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB,
-                 gradient_as_bucket_view: bool = False) -> DataParallel:
+                 gradient_as_bucket_view: bool = False, tp: int | None = None) -> DataParallel:
     """Wrap ``module`` in the variant called ``name`` (the process group must already exist,
     except for ``single``)."""
     info = VARIANTS[name]
@@ -126,8 +143,11 @@ def make_variant(name: str, module: nn.Module, *,
         options["bucket_cap_mb"] = bucket_cap_mb
     if info.ddp_options:
         options["gradient_as_bucket_view"] = gradient_as_bucket_view
+    if info.tensor_parallel:
+        options["tp"] = tp or info.default_tp
     return variant_class(name)(module, **options)
 
 
-__all__ = ["BUCKETED_VARIANT_NAMES", "DEFAULT_BUCKET_CAP_MIB", "VARIANTS", "VARIANT_NAMES",
-           "GradientSync", "VariantInfo", "make_variant", "variant_class", "variant_info"]
+__all__ = ["BUCKETED_VARIANT_NAMES", "DEFAULT_BUCKET_CAP_MIB", "VARIANTS", "VARIANTS_IN_ALL",
+           "VARIANT_NAMES", "GradientSync", "VariantInfo", "make_variant", "variant_class",
+           "variant_info"]

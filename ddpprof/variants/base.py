@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..manifest import MeshRecord
+
 
 class DataParallel(nn.Module):
     """Base of all variants: holds the module, broadcasts initial state, implements ``no_sync``.
@@ -108,6 +110,22 @@ class DataParallel(nn.Module):
         """The wrapped model's parameter names (``named_parameters()``), by ``id`` of the
         parameter."""
         return {id(p): name for name, p in self.module.named_parameters()}
+
+    def data_shard(self) -> tuple[int, int]:
+        """(index, count): this rank trains on shard ``index`` of ``count`` equal shards of every
+        global batch. Here each rank its own (rank, world size); ranks that split one model
+        between them (a tensor-parallel group) must see the same samples, and share a shard."""
+        return self.rank, self.world_size
+
+    def gradient_bytes(self, param: nn.Parameter) -> int:
+        """Bytes of ``param``'s gradient that this rank's gradient collectives carry: all of it,
+        unless tensor parallelism splits it."""
+        return param.numel() * param.element_size()
+
+    def mesh_record(self) -> MeshRecord | None:
+        """``run.json``'s ``mesh``: the device mesh of a variant with several process groups
+        (a collective there: call it on every rank); None for one group."""
+        return None
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.module.parameters() if p.requires_grad]

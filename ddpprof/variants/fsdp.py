@@ -15,33 +15,51 @@ assumption); a parameter no rank used keeps ``grad is None``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from .base import DataParallel
 
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+
+def decoder_layers(module: nn.Module) -> nn.ModuleList | None:
+    """A language model's decoder layers (``model.layers``, as transformers' Llama and its
+    kin hold them), or None."""
+    layers = getattr(getattr(module, "model", None), "layers", None)
+    return layers if isinstance(layers, nn.ModuleList) else None
+
 
 def shard_units(module: nn.Module) -> list[nn.Module]:
-    """The blocks sharded one by one: a language model's decoder layers (``model.layers``),
-    else every ``nn.Linear``."""
-    layers = getattr(getattr(module, "model", None), "layers", None)
-    if isinstance(layers, nn.ModuleList):
+    """The blocks sharded one by one: a language model's decoder layers, else every
+    ``nn.Linear``."""
+    layers = decoder_layers(module)
+    if layers is not None:
         return list(layers)
     return [m for m in module.modules() if isinstance(m, nn.Linear)]
 
 
 class FSDP(DataParallel):
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, mesh: DeviceMesh | None = None,
+                 split_layers: Callable[[], None] | None = None) -> None:
+        """``mesh``: the ranks FSDP shards over (default: all of them); ``split_layers``: run
+        once rank 0's weights are broadcast and before sharding (``fsdp_tp``'s tensor
+        parallelism, which needs the weights whole)."""
         super().__init__(module)  # broadcasts rank 0's weights while they are still whole
         from torch.distributed.fsdp import fully_shard
 
+        if split_layers is not None:
+            split_layers()
         self.units = shard_units(module)
         for unit in self.units:
-            fully_shard(unit)
-        fully_shard(module)
+            fully_shard(unit, mesh=mesh)
+        fully_shard(module, mesh=mesh)
+        self._shard_ranks = mesh.size() if mesh is not None else self.world_size
         unit_params = {id(p) for unit in self.units for p in unit.parameters()}
         self._unit_groups = sum(any(p.requires_grad for p in unit.parameters())
                                 for unit in self.units)
@@ -70,14 +88,19 @@ class FSDP(DataParallel):
     def collectives_per_sync(self) -> dict[str, int | None]:
         """Per micro-step, one all-gather per sharded group before its forward and one more
         before its backward for every group but the root; one reduce-scatter per group per
-        step. Counted for the last step's micro-steps, assuming every block ran."""
+        step. Counted for the last step's micro-steps, assuming every block ran. Nothing over one
+        rank: FSDP2 then communicates nothing."""
+        if self._shard_ranks == 1:
+            return {}
         groups = self._unit_groups + self._root_group
         return {"all_gather": self._forwards_last_step * (groups + self._unit_groups),
                 "reduce_scatter": groups}
 
-    def gradient_buckets(self) -> list[list[nn.Parameter]]:
+    def gradient_buckets(self) -> list[list[nn.Parameter]] | None:
         """One reduce-scatter per sharded group, in backward's order: the blocks last to
-        first, then the root's own parameters."""
+        first, then the root's own parameters (None over one rank: none)."""
+        if self._shard_ranks == 1:
+            return None
         in_units = {id(p) for unit in self.units for p in unit.parameters()}
         groups = [[p for p in unit.parameters() if p.requires_grad]
                   for unit in reversed(self.units)]

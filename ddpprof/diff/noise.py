@@ -1,0 +1,260 @@
+"""How far a run's mean step (or part) moves between two recordings of one configuration, and
+when a difference is larger than that. The model and its assumptions are in ``docs/diff.md``.
+
+A run's mean of a quantity (its step time, or one part) is ``μ + u + ē``: the configuration's
+true value μ, the run's own offset ``u`` (the machine's state while it ran: other load,
+frequency, placement; shared by all its steps) and the mean of its steps' own scatter ``ē``.
+
+* ``ē`` is seen in the run: its variance is the per-step series' variance over the number of
+  steps (steps taken as independent around the run's level).
+* ``u`` is not: steps of one run cannot show it. Its variance comes from a prior measured on
+  repeated recordings (:class:`RunNoise`), worth its recordings less one degrees of freedom,
+  pooled with the spread of the repeats' means where a side has several recordings of one
+  configuration (a conjugate normal model's pooling: a few repeats lean on the prior, many
+  follow the data). A quantity with no prior (a gated metric other than the step) has only
+  its repeats' spread, pooled over the sides.
+* A difference is tested with Student's t. The intervals of a diff's quantities are
+  simultaneous: with ``m`` quantities at level ``1 − α``, each interval is at ``1 − α/m``
+  (Bonferroni), so that two recordings of one configuration flag nothing with probability at
+  least ``1 − α`` when the model holds.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .profile import RunProfile
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """The run-to-run noise of a run's mean that its own steps do not show (see the module's
+    docstring), and what it was measured on. A part's own share (``relative``) follows the
+    machine's speed; waiting for another rank is a difference of two ranks' speeds, so it
+    scatters with the step (``waiting_of_step``); every other part has a floor
+    (``of_step``)."""
+
+    relative: float          # of the quantity's own mean
+    of_step: float           # of the run's mean step: a floor for every part
+    waiting_of_step: float   # of the run's mean step: for waiting for a rank
+    prior_runs: int          # recordings it was measured on: its weight against repeats
+    measured: str
+
+    def variance_ms2(self, value_ms: float, step_ms: float, waiting: bool = False) -> float:
+        floor = self.waiting_of_step if waiting else self.of_step
+        return (self.relative * value_ms) ** 2 + (floor * step_ms) ** 2
+
+    def scaled(self, relative_pct: float | None) -> RunNoise:
+        """This prior with its relative noise set to ``relative_pct`` % (``--run-noise``), its
+        floors scaled alike; itself for None."""
+        if relative_pct is None:
+            return self
+        factor = relative_pct / 100 / self.relative if self.relative else 0.0
+        return RunNoise(relative_pct / 100, self.of_step * factor,
+                        self.waiting_of_step * factor, self.prior_runs,
+                        f"--run-noise {relative_pct:g}, floors scaled from the default prior")
+
+
+#: Fitted by ``benchmarks/diff_accuracy.py`` on its ten tuning recordings, never on the pairs
+#: whose false-positive rate ``docs/benchmarks.md`` reports: ``bucket_ddp_async`` on
+#: ``mlp-small``, 2 gloo ranks, on this project's 2-core machine shared with other work.
+DEFAULT_NOISE = RunNoise(relative=0.262, of_step=0.0015, waiting_of_step=0.051, prior_runs=10,
+                         measured="fitted on 10 recordings, 2 gloo ranks on a shared 2-core "
+                                  "CPU machine, 2026-11-26")
+
+
+def within_variance(series: Sequence[float]) -> float:
+    """The variance of a run's mean from its steps' scatter (0 with fewer than 2 steps)."""
+    return statistics.variance(series) / len(series) if len(series) >= 2 else 0.0
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's recordings of a quantity: their mean, how many they are, the sample variance
+    of their means (None with one), and the prior's variance of one recording's mean (None:
+    no prior for this quantity)."""
+
+    mean: float
+    runs: int
+    spread: float | None
+    prior: float | None
+
+
+def side(means: Sequence[float], series: Sequence[Sequence[float]] | None = None,
+         step_means: Sequence[float] | None = None, noise: RunNoise | None = None,
+         waiting: bool = False) -> Side:
+    """One side from its recordings' ``means``; with their per-step ``series``, mean steps
+    and a ``noise`` prior, the prior's variance too (``waiting``: the quantity is waiting for a
+    rank)."""
+    prior = None
+    if series is not None and step_means is not None and noise is not None:
+        prior = statistics.fmean(noise.variance_ms2(abs(m), t, waiting) + within_variance(s)
+                                 for m, s, t in zip(means, series, step_means, strict=True))
+    spread = statistics.variance(means) if len(means) >= 2 else None
+    return Side(statistics.fmean(means), len(means), spread, prior)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``after − slope × before``, its variance and degrees of freedom, and where they came
+    from (``repeats`` or ``prior``)."""
+
+    delta: float
+    variance: float
+    df: float
+    source: str
+
+
+def difference(before: Side, after: Side, prior_runs: int, slope: float = 1.0,
+               efficiency: float = 1.0) -> Difference | None:
+    """``after − slope × before`` and its noise. With a prior, each side's variance of one
+    recording's mean pools the prior (``prior_runs − 1`` degrees of freedom) with its repeats'
+    spread, and the degrees of freedom of the difference are Welch–Satterthwaite's; without,
+    the repeats' spread, pooled over the sides that have repeats; None with neither.
+    ``efficiency``: the variance of the statistic against that of a mean (π/2 for a median
+    of normal samples)."""
+    delta = after.mean - slope * before.mean
+    if before.prior is not None and after.prior is not None:
+        weight = max(prior_runs - 1, 1)
+        terms = []
+        for found, factor in ((before, slope ** 2), (after, 1.0)):
+            repeats = found.runs - 1 if found.spread is not None else 0
+            pooled = (weight * found.prior + repeats * (found.spread or 0.0)) / (weight + repeats)
+            terms.append((efficiency * factor * pooled / found.runs, weight + repeats))
+        variance = sum(v for v, _ in terms)
+        if variance <= 0:
+            return Difference(delta, 0.0, math.inf, "prior")
+        spread = sum(v ** 2 / d for v, d in terms if v > 0)
+        df = variance ** 2 / spread if spread > 0 else min(d for _, d in terms)
+        source = "repeats and prior" if max(before.runs, after.runs) >= 2 else "prior"
+        return Difference(delta, variance, df, source)
+    spreads = [(s.spread, s.runs - 1) for s in (before, after) if s.spread is not None]
+    if not spreads:
+        return None
+    df = sum(d for _, d in spreads)
+    pooled = sum(v * d for v, d in spreads) / df
+    variance = efficiency * pooled * (slope ** 2 / before.runs + 1 / after.runs)
+    return Difference(delta, variance, df, "repeats")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """``after − before`` with its simultaneous interval; ``significant`` when the interval
+    holds no zero."""
+
+    delta: float
+    low: float
+    high: float
+
+    @property
+    def significant(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+
+def interval(found: Difference, alpha: float) -> Interval:
+    """The two-sided ``1 − alpha`` interval of a difference."""
+    half = t_quantile(1 - alpha / 2, found.df) * math.sqrt(found.variance) \
+        if found.variance > 0 else 0.0
+    return Interval(found.delta, found.delta - half, found.delta + half)
+
+
+def one_sided_margin(found: Difference, level: float) -> float:
+    """How far the difference may exceed 0 by noise alone at ``level`` (one-sided)."""
+    return t_quantile(level, found.df) * math.sqrt(found.variance) \
+        if found.variance > 0 else 0.0
+
+
+# ---- Student's t (no scipy on the analysis side) --------------------------------------------
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return result
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1 - x) / b
+
+
+def t_cdf(x: float, df: float) -> float:
+    """P(T ≤ x) for Student's t with ``df`` degrees of freedom (the normal when infinite)."""
+    if math.isinf(df):
+        return statistics.NormalDist().cdf(x)
+    tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + x * x))
+    return 1 - tail if x >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t (bisection on :func:`t_cdf`)."""
+    if math.isinf(df) or df > 1e7:
+        return statistics.NormalDist().inv_cdf(p)
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        high *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_cdf(middle, df) < p else (low, middle)
+        if high - low < 1e-12 * max(1.0, high):
+            break
+    return (low + high) / 2
+
+
+def fit_run_noise(profiles: Sequence[RunProfile], measured: str,
+                  large_pct: float = 2.0) -> RunNoise:
+    """The prior from recordings of one configuration. For the step and each part, the
+    standard deviation of the recordings' means beyond what their steps explain,
+    ``sqrt(max(var(means) − mean(var of each mean from its steps), 0))``; then, as root mean
+    squares (so that larger deviations weigh more: the prior errs wide):
+
+    * ``relative``: that deviation over the part's mean, over the step and the parts other than
+      waiting that take at least ``large_pct`` % of the step;
+    * ``of_step``: over the mean step, for the smaller parts;
+    * ``waiting_of_step``: over the mean step, for waiting for a rank."""
+    from .compare import STEP, part_values
+
+    keys = [STEP, *dict.fromkeys(k for p in profiles for k in p.parts)]
+    step = statistics.fmean(p.step_ms for p in profiles)
+    relative, floor, waiting = [], [], []
+    for key in keys:
+        means, series, _ = part_values(profiles, key)
+        within = statistics.fmean(within_variance(s) for s in series)
+        excess = math.sqrt(max(statistics.variance(means) - within, 0.0))
+        mean = statistics.fmean(means)
+        if key.group == "waiting":
+            waiting.append(excess / step)
+        elif mean >= large_pct / 100 * step:
+            relative.append(excess / mean)
+        else:
+            floor.append(excess / step)
+
+    def rms(values: list[float]) -> float:
+        return math.sqrt(statistics.fmean(v * v for v in values)) if values else 0.0
+
+    return RunNoise(rms(relative), rms(floor), rms(waiting), len(profiles), measured)

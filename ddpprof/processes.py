@@ -1,0 +1,103 @@
+"""Process lifetimes and ``/proc``, for every part of ddpprof that starts processes.
+
+A process ddpprof starts must not outlive it, whatever kills it (SIGKILL and the OOM killer
+included): ``record``'s torchrun and ranks, ``analyze``'s pool workers and the forked trace
+decoders all ask the kernel for SIGKILL when their parent exits (:func:`die_with_parent`).
+The request is made by the child and is bound to the *thread* that forked it, so a child must
+be started from a thread that lives as long as the work (the main thread, in ddpprof).
+
+``/proc/<pid>/stat`` is read here and nowhere else (:func:`stat_fields`). Linux only; off Linux
+the requests report that they could not be made, and ``/proc`` reads return None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent(expected_parent: int | None = None) -> bool:
+    """Ask for SIGKILL when the parent exits; then, if ``expected_parent`` is given and the
+    parent is no longer it (it died before the request took effect), exit at once.
+
+    Returns whether the request could be made (False off Linux).
+    """
+    prctl = _prctl()
+    if prctl is None or prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return False
+    if expected_parent is not None and os.getppid() != expected_parent:
+        os._exit(1)
+    return True
+
+
+def preexec_die_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets SIGKILL when this process
+    exits. libc is loaded here, in the parent, so the child only makes the call."""
+    prctl = _prctl()
+    parent = os.getpid()
+
+    def request() -> None:
+        if prctl is not None and prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0 \
+                and os.getppid() != parent:
+            os._exit(1)
+
+    return request
+
+
+def become_subreaper() -> bool:
+    """Adopt the orphans of this process's descendants (``PR_SET_CHILD_SUBREAPER``)."""
+    prctl = _prctl()
+    return prctl is not None and prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name (which may hold blanks and parentheses),
+    so index 0 is the state (field 3), index 1 the parent's pid, index 19 the start time in
+    clock ticks after boot (field 22); None where it cannot be read."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def parent_of(pid: int) -> int | None:
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields else None
+
+
+def state_of(pid: int) -> str | None:
+    """The process's state letter (``R``, ``S``, ``Z`` for a zombie...), None if gone."""
+    fields = stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def can_list_children() -> bool:
+    return Path("/proc/self/stat").is_file()
+
+
+def child_pids(parent: int) -> list[int]:
+    """Processes whose parent is ``parent`` (Linux ``/proc``; empty elsewhere)."""
+    children = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit() and parent_of(int(entry.name)) == parent:
+                children.append(int(entry.name))
+    return children

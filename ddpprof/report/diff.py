@@ -1,0 +1,164 @@
+"""``ddpprof diff`` as tables, lines and a self-contained page: the change of the step split
+into its parts, the items that moved, the collectives, the buckets and the configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from ..diff.compare import PairDiff
+from .html import embed, generated, layout
+from .table import Column, Table, format_cell, template_environment
+
+PART_COLUMNS = [
+    Column("pair", wide=True, max_width=40), Column("label", "part", max_width=34),
+    Column("before_ms"), Column("after_ms"), Column("delta_ms"), Column("low_ms"),
+    Column("high_ms"), Column("of_step_delta_pct", "of_change_%"), Column("verdict"),
+    Column("rank", "most_on_rank", wide=True), Column("rank_delta_ms", wide=True)]
+ITEM_COLUMNS = [
+    Column("pair", wide=True, max_width=40), Column("part", max_width=26),
+    Column("item", max_width=48), Column("name", wide=True), Column("shape", wide=True),
+    Column("before_ms"), Column("after_ms"), Column("delta_ms"),
+    Column("before_calls", wide=True), Column("after_calls", wide=True)]
+COLLECTIVE_COLUMNS = [
+    Column("pair", wide=True, max_width=40), Column("kind"), Column("process_group", "group"),
+    Column("before_calls", "calls_before"), Column("after_calls", "calls_after"),
+    Column("before_ms", "ms_before"), Column("after_ms", "ms_after"),
+    Column("before_bytes_per_call", "MiB_per_call_before", scale=2**20, wide=True),
+    Column("after_bytes_per_call", "MiB_per_call_after", scale=2**20, wide=True),
+    Column("before_busbw_gbps", "busbw_before"), Column("after_busbw_gbps", "busbw_after")]
+BUCKET_COLUMNS = [
+    Column("pair", wide=True, max_width=40), Column("index", "bucket"),
+    Column("before_size_bytes", "MiB_before", scale=2**20, wide=True),
+    Column("after_size_bytes", "MiB_after", scale=2**20, wide=True),
+    Column("before_launch_ms", "launch_before"), Column("after_launch_ms", "launch_after"),
+    Column("launch_delta_ms", "launch_delta"), Column("before_exposed_ms", "exposed_before"),
+    Column("after_exposed_ms", "exposed_after"), Column("exposed_delta_ms", "exposed_delta")]
+
+
+def pair_name(pair: PairDiff) -> str:
+    return f"{pair.before} → {pair.after}"
+
+
+def _side(name: str, runs: list[str]) -> str:
+    shown = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
+    return f"{name} ({len(runs)} recording{'s' if len(runs) > 1 else ''}: {shown})"
+
+
+def _rows(pairs: Sequence[PairDiff], get) -> list[dict]:
+    import msgspec
+
+    rows = []
+    for pair in pairs:
+        for row in get(pair):
+            fields = msgspec.structs.asdict(row)
+            if hasattr(row, "verdict"):
+                fields["verdict"] = row.verdict
+            if hasattr(row, "shape"):      # an item: its name, and its shape where known
+                fields["item"] = f"{row.name} [{row.shape}]" if row.shape else row.name
+            rows.append({"pair": pair_name(pair), **fields})
+    return rows
+
+
+def tables(pairs: Sequence[PairDiff]) -> list[Table]:
+    """The parts (the CSV), then what moved inside them, the collectives and the buckets."""
+    found = [Table(PART_COLUMNS, _rows(pairs, lambda p: [p.step, *p.parts]),
+                   title="Where the change of the step comes from (ms per step)"),
+             Table(ITEM_COLUMNS, _rows(pairs, lambda p: p.items),
+                   title="What moved inside the parts (ms per step)")]
+    collectives = _rows(pairs, lambda p: p.collectives)
+    if collectives:
+        found.append(Table(COLLECTIVE_COLUMNS, collectives, title="Collectives per step"))
+    buckets = _rows(pairs, lambda p: p.buckets)
+    if buckets:
+        found.append(Table(BUCKET_COLUMNS, buckets, title="Gradient buckets (launch: ms after "
+                                                          "backward's first gradient)"))
+    return found
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.2f}"
+
+
+def headline(pair: PairDiff, significance: float) -> str:
+    step = pair.step
+    change = f" ({100 * step.delta_ms / step.before_ms:+.1f}%)" if step.before_ms else ""
+    changed = sum(p.significant for p in pair.parts)
+    parts = f"{changed} part{'s' if changed != 1 else ''} beyond the noise"
+    return (f"step {step.before_ms:.2f} → {step.after_ms:.2f} ms{change}, "
+            f"{_signed(step.delta_ms)} ms in [{_signed(step.low_ms)}, {_signed(step.high_ms)}] "
+            f"({step.verdict}; {significance:.0%}, simultaneous over the parts), {parts}: "
+            f"{pair.verdict}")
+
+
+def summary_lines(pair: PairDiff, significance: float) -> list[str]:
+    """What a person reads first: the runs, the configuration's changes, the step's change,
+    where it comes from."""
+    lines = [f"{_side(pair.before, pair.before_runs)} → {_side(pair.after, pair.after_runs)}"]
+    lines += [f"  configuration: {c.field} {c.before} → {c.after}" for c in pair.config_changes]
+    lines.append(f"  {headline(pair, significance)}")
+    changed = [p for p in pair.parts if p.significant][:3] or pair.parts[:1]
+    for part in changed:
+        where = (f"; mostly on rank {part.rank} ({_signed(part.rank_delta_ms)} ms)"
+                 if part.on_one_rank else "")
+        lines.append(f"  {part.label}: {part.before_ms:.2f} → {part.after_ms:.2f} ms "
+                     f"({_signed(part.delta_ms)}, {part.verdict}){where}")
+    lines += [f"  {note}" for note in pair.notes]
+    lines.append(f"  noise: {pair.noise}")
+    if abs(pair.unattributed_ms) > 1e-6 * max(abs(pair.step.before_ms), 1.0):
+        lines.append(f"  not attributed to a part: {pair.unattributed_ms:+.4f} ms")
+    return lines
+
+
+def waterfall_figure(pair: PairDiff) -> go.Figure:
+    """The step before, each part's change, the step after."""
+    parts = pair.parts
+    fig = go.Figure(go.Waterfall(
+        x=["before", *[p.label for p in parts], "after"],
+        measure=["absolute", *["relative"] * len(parts), "total"],
+        y=[pair.step.before_ms, *[p.delta_ms for p in parts], pair.step.after_ms],
+        text=[format_cell(pair.step.before_ms), *[
+            f"{p.delta_ms:+.2f}{'' if p.significant else ' (noise)'}" for p in parts],
+              format_cell(pair.step.after_ms)],
+        textposition="outside", connector=dict(line=dict(color="#999")),
+        increasing=dict(marker=dict(color="#d64550")),
+        decreasing=dict(marker=dict(color="#2f9e44")),
+        totals=dict(marker=dict(color="#2f7ed8"))))
+    return layout(fig, f"{pair_name(pair)}: the step's change by part (ms per step)",
+                  yaxis_title="ms per step", height=460, showlegend=False)
+
+
+def side_by_side_figure(pair: PairDiff) -> go.Figure:
+    """Both sides' steps stacked by part."""
+    fig = go.Figure()
+    for part in sorted(pair.parts, key=lambda p: p.part):
+        fig.add_trace(go.Bar(name=part.label, x=["before", "after"],
+                             y=[part.before_ms, part.after_ms],
+                             hovertemplate=f"{part.label}: %{{y:.3f}} ms<extra></extra>"))
+    return layout(fig, "Both sides' steps by part (ms per step)", barmode="stack",
+                  yaxis_title="ms per step", height=460)
+
+
+def render_page(pairs: Sequence[PairDiff], title: str, significance: float,
+                notes: Sequence[str]) -> str:
+    sections = []
+    for pair in pairs:
+        figures = [embed(waterfall_figure(pair)), embed(side_by_side_figure(pair))]
+        sections.append({"name": pair_name(pair), "lines": summary_lines(pair, significance),
+                         "figures": figures,
+                         "tables": [_html_table(t, pair_name(pair)) for t in tables([pair])]})
+    return template_environment(html=True).get_template("diff.html.j2").render(
+        title=title, generated=generated(), sections=sections, notes=list(notes),
+        figure_count=sum(len(s["figures"]) for s in sections), plotly_js=get_plotlyjs())
+
+
+def _html_table(table: Table, pair: str) -> dict:
+    """A table as the page shows it: the pair is the section's, an item its name and shape."""
+    left_out = {"pair", "name", "shape"} if any(c.key == "item" for c in table.columns) \
+        else {"pair"}
+    shown = [c for c in table.columns if c.key not in left_out]
+    return {"title": table.title, "headers": [c.title for c in shown],
+            "rows": [[format_cell(table.shown_value(row, c)) for c in shown]
+                     for row in table.rows]}
