@@ -183,12 +183,32 @@ def test_a_calibration_beside_the_run_is_used(tmp_path):
     (["--latency-us", "5"], "go together"),
     (["--calibration", "c.json", "--latency-us", "1", "--bandwidth-gbps", "1"], "not both"),
     (["--calibration", "missing.json"], "missing.json: no such file"),
+    (["--shared-cores", "0"], "'--shared-cores': 0 is not in the range x>=1"),
+    (["--faster", "tensor=20"], "the class is one of gemm, compute"),
+    (["--faster-network", "100"], "the percentage must be in [0, 100)"),
+    (["--rank-delay", "x=5"], "RANK must be a rank number"),
 ])
 def test_bad_input(args, message, tmp_path, ddpprof_cli):
     run = _run(tmp_path, [step(0, 0, 10), span("aten::mm", 1, 2)])
     result = ddpprof_cli("simulate", str(run), *args, cwd=tmp_path)
     assert result.returncode == 2 and message in result.stderr
-    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_tax_that_cannot_be_measured_is_refused_before_the_sweep(tmp_path, ddpprof_cli):
+    """``calibrate --tax-from``: a run with no trace, or none with an op seen both alone and
+    overlapped, is one line and exit 2, before any rank starts."""
+    pytest.importorskip("torch")
+    run = _run(tmp_path, [step(0, 0, 10), span("aten::mm", 1, 2)])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for source, message in ((run, "no overlap tax can be measured there"),
+                            (empty, "no trace files")):
+        result = ddpprof_cli("calibrate", "--tax-from", str(source), "--out",
+                             str(tmp_path / "cal"), "--quiet")
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert not (tmp_path / "cal" / "calibration.json").exists()
 
 
 def test_an_unfinished_calibration_is_refused(tmp_path, ddpprof_cli):
