@@ -124,8 +124,10 @@ def test_analyze_reports_the_tax(tmp_path, ddpprof_cli):
     rows = {(r["side"], r["work_class"], r["size"]): r for r in run["overlap_tax"]}
     assert rows[("compute", "gemm", "all")]["tax_pct"] == pytest.approx(25)
     assert rows[("compute", "other", "all")]["tax_pct"] is None     # add: always alone
-    assert "compute +25% (25 to 25), communication +25% (25 to 25)" in (
-        tmp_path / "report.html").read_text()
+    told = "compute +25% (25 to 25), communication +25% (25 to 25)"
+    assert told in (tmp_path / "report.html").read_text()
+    # and on the terminal, with the class that was told (the table moved to stderr)
+    assert f"run: {told}; compute by class: gemm +25%" in result.stderr
 
 
 @st.composite

@@ -45,7 +45,7 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
         paths = AnalyzedPaths.of(analysis)
         advice = paths.told(advice)
     document = to_json_document(analysis, advice)
-    sections = console.findings_section(advice)
+    sections = [*console.tax_section(analysis), *console.findings_section(advice)]
     if paths is not None:
         paths.add_to(document, tables, sections)
     errors = [error.error for error in analysis.errors]
