@@ -11,18 +11,18 @@ at a predicted configuration enters its prediction.
 
 A configuration's measurement is the median over repeats of its run's median unprofiled step
 (``run.json``), its spread the lowest and highest repeat; overlap % is ``analyze``'s (mean over
-ranks), median over repeats. Printed and written (``OUT/accuracy.json``): every prediction
-against its measurement, and the targets: the calibrated configuration's own replay (median
-|error|), other caps and world sizes (median and p90 |error|), overlap (the largest |gap| per
-cap), and whether the predicted best cap is within the measured noise of the measured best
-(its measured median no further from the best's than the best's own spread). Beside them, what
-the machine's noise allows: the *noise floor* (each repeat of a configuration against another
-repeat of the same), the errors against the run of the same repeat (recorded minutes apart),
-the ratio of a cap's step to the calibration run's own within a repeat, the 3-rank runs
-predicted with the ranks sharing this machine's cores (``--shared-cores``), and the
-calibration run re-bucketed at its own cap against its unedited replay (the re-bucketing's
-own error, free of noise). The 1-minute load average is logged before each recording and
-prediction.
+ranks), median over repeats. Printed and written (``OUT/accuracy.json``; the tables in
+``OUT/accuracy.md``): every prediction against its measurement, and the targets: the calibrated
+configuration's own replay (median |error|), other caps and world sizes (median and p90
+|error|), overlap (the largest |gap| per cap), and whether the predicted best cap is within the
+measured noise of the measured best (its measured median no further from the best's than the
+best's own spread). Beside them, what the machine's noise allows: the *noise floor* (each
+repeat of a configuration against another repeat of the same), the errors against the run of
+the same repeat (recorded minutes apart), the ratio of a cap's step to the calibration run's
+own within a repeat, the 3-rank runs predicted with the ranks sharing this machine's cores
+(``--shared-cores``), and the calibration run re-bucketed at its own cap against its unedited
+replay (the re-bucketing's own error, free of noise). The 1-minute load average is logged
+before each recording and prediction.
 
     python benchmarks/simulate_accuracy.py [--out bench-acc/] [--model mlp-medium]
         [--variants all] [--caps 1,4,25] [--world3-cap 4] [--repeats 3] [--steps 16]
@@ -236,6 +236,8 @@ def main() -> None:
     summary = {
         "abs_error_pct": {key: stats(values) for key, values in errors.items()},
         "others_abs_error_pct": stats(errors["other_caps"] + errors["world3"]),
+        "others_shared_cores_abs_error_pct": stats(errors["other_caps"]
+                                                   + errors["world3_shared_cores"]),
         "overlap_max_abs_gap_pp_by_cap": {c: max(v) for c, v in overlap_gaps.items()},
         "overlap_median_abs_gap_pp": statistics.median(
             g for v in overlap_gaps.values() for g in v) if overlap_gaps else None,
@@ -245,7 +247,40 @@ def main() -> None:
     }
     report["summary"] = summary
     (out / "accuracy.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / "accuracy.md").write_text(markdown(report))
     print(json.dumps(summary, indent=1))
+
+
+def markdown(report: dict) -> str:
+    """Each variant's configurations, predicted (median over its calibration runs, and their
+    range) against measured (median over repeats, and their range), as a Markdown table; then
+    the predicted and measured best cap of each calibration run."""
+    lines = ["| variant | ranks | cap (MiB) | buckets | predicted (ms) | measured (ms) | error "
+             "| 3 ranks, shared cores (ms) | overlap % predicted | overlap % measured |",
+             "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+    points = [p for p in report["points"] if "predicted_ms" in p]
+    keys = list(dict.fromkeys((p["variant"], p["world_size"], p["cap_mib"]) for p in points))
+    for variant, world, cap in keys:
+        mine = [p for p in points if (p["variant"], p["world_size"], p["cap_mib"]) ==
+                (variant, world, cap)]
+        predicted = [p["predicted_ms"] for p in mine]
+        shared = [p["predicted_shared_cores_ms"] for p in mine if p["predicted_shared_cores_ms"]]
+        measured = mine[0]["measured_repeats_ms"]
+        middle = statistics.median(predicted)
+        error = statistics.median(p["error_pct"] for p in mine)
+        lines.append(
+            f"| {variant} | {world} | {cap:g} | {mine[0]['buckets']} | {middle:,.0f} "
+            f"({min(predicted):,.0f}–{max(predicted):,.0f}) | {statistics.median(measured):,.0f}"
+            f" ({min(measured):,.0f}–{max(measured):,.0f}) | {error:+.1f} % | "
+            + (f"{statistics.median(shared):,.0f}" if shared else "") + " | "
+            f"{statistics.median(p['predicted_overlap_pct'] or 0 for p in mine):.1f} | "
+            f"{mine[0]['measured_overlap_pct']:.1f} |")
+    lines += ["", "| variant | calibrated on | predicted best cap | measured best cap | "
+              "within the noise |", "| --- | --- | ---: | ---: | --- |"]
+    lines += [f"| {p['variant']} | {p['calibrated_on']} | {p['predicted_best_cap']:g} | "
+              f"{p['measured_best_cap']:g} | {'yes' if p['within_noise'] else 'no'} |"
+              for p in report["points"] if "predicted_best_cap" in p]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
