@@ -67,11 +67,12 @@ def findings_section(findings: list[Finding]) -> list[Section]:
 
 def tax_section(analysis: Analysis) -> list[Section]:
     """Each run's overlap tax (``ddpprof.metrics.tax``): the pooled compute and communication
-    taxes with their 95% intervals, then the compute tax of each work class that was told."""
+    taxes with their 95% intervals, then the compute tax of each work class that was told;
+    the runs where neither could be told are left out."""
     lines = []
     for run in analysis.runs:
         tax = run.overlap_tax
-        if tax is None:
+        if tax is None or (tax.pct("compute") is None and tax.pct("communication") is None):
             continue
         classes = [f"{row.work_class} {row.tax_pct:+.0f}%" for row in tax.rows
                    if row.side == "compute" and row.size == ALL and row.work_class != ALL
