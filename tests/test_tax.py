@@ -187,3 +187,24 @@ def test_a_tax_the_load_explains_as_well_is_not_told(case):
     keys = {key for key, *_ in ops}
     single = [op for op in ops if op[0] == min(keys)]
     assert overlap_tax([rank(single, spans, compute=[])]).row("compute").tax_pct is None
+
+
+def test_the_terminal_shows_the_tax_of_the_first_runs_told():
+    """analyze's tax section: a run with no tax told is left out; after ten runs, a count."""
+    from types import SimpleNamespace
+
+    from ddpprof.metrics.tax import OverlapTax, TaxRow
+    from ddpprof.report.console import tax_section
+
+    def run(name: str, pct: float | None) -> SimpleNamespace:
+        rows = [TaxRow("compute", "all", "all", pct, 10.0, 30.0, 2, 3, 3),
+                TaxRow("compute", "gemm", "all", pct, None, None, 1, 2, 2),
+                TaxRow("communication", "all", "all", None, None, None, 0, 0, 0)]
+        return SimpleNamespace(name=name, overlap_tax=OverlapTax(rows))
+
+    runs = [run("untold", None)] + [run(f"r{k}", 20.0) for k in range(12)]
+    [section] = tax_section(SimpleNamespace(runs=runs))
+    assert section.lines[0] == ("r0: compute +20% (10 to 30), communication n/a; compute by "
+                                "class: gemm +20%")
+    assert len(section.lines) == 11 and section.lines[-1] == "... and 2 more runs (--json)"
+    assert tax_section(SimpleNamespace(runs=runs[:1])) == []

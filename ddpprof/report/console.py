@@ -68,7 +68,8 @@ def findings_section(findings: list[Finding]) -> list[Section]:
 def tax_section(analysis: Analysis) -> list[Section]:
     """Each run's overlap tax (``ddpprof.metrics.tax``): the pooled compute and communication
     taxes with their 95% intervals, then the compute tax of each work class that was told;
-    the runs where neither could be told are left out."""
+    the runs where neither could be told are left out, and those after the first
+    ``SHOWN_FINDINGS`` counted."""
     lines = []
     for run in analysis.runs:
         tax = run.overlap_tax
@@ -79,6 +80,8 @@ def tax_section(analysis: Analysis) -> list[Section]:
                    and row.tax_pct is not None]
         lines.append(f"{run.name}: {tax.describe()}"
                      + (f"; compute by class: {', '.join(classes)}" if classes else ""))
+    if len(lines) > SHOWN_FINDINGS:   # as many as the findings; the JSON has every run's
+        lines[SHOWN_FINDINGS:] = [f"... and {len(lines) - SHOWN_FINDINGS} more runs (--json)"]
     return [Section("Overlap tax (the same work overlapped against alone, 95% interval):",
                     lines)] if lines else []
 
