@@ -237,13 +237,13 @@ def _measured(run: RunResult, manifest) -> Measured:
 def _configurations(info: VariantInfo | None, own_cap: float | None, caps: list[float],
                     world_sizes: list[int] | None, world: int):
     """(world size, cap, is the run's own) of every row: the run's own configuration at each
-    world size (a variant that is not distributed: at its own only), then for a bucketed
-    variant the other caps."""
+    world size (a variant that is not distributed: at its own only, whichever were asked),
+    then for a bucketed variant the other caps."""
     worlds = sorted({world, 2, 4, 8}) if world_sizes is None else world_sizes or [world]
+    if info is not None and not info.distributed:   # whatever world sizes were asked
+        worlds = [world]
     capped = info is not None and info.gradient_sync in ("buckets", "sharded_buckets")
     for n in worlds:
-        if info is not None and not info.distributed and n != world:
-            continue
         yield n, own_cap if capped else None, True
         if capped and n > 1:
             for cap in caps:
