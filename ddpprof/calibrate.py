@@ -8,12 +8,15 @@ when its last rank does), and a size's time the median over its calls. From thos
 
 * ``algbw = size / time`` and ``busbw = algbw × 2(N−1)/N`` (nccl-tests' definitions, GB/s =
   10⁹ bytes/s);
-* the cost model ``t = α + traffic/β`` (``ddpprof.simulate.cost``) fitted to the medians, β
+* the cost model ``t = α + traffic/β`` (``ddpprof.metrics.cost``) fitted to the medians, β
   being the bus bandwidth the model tends to for large calls.
 
-``<out>/calibration.json`` (schema ``ddpprof.calibration``, version 1) holds them with the
-machine and backend they were measured on. It says ``running`` while the sweep runs and ends
-``complete``, ``failed`` or ``interrupted``; only a complete one is ever used.
+``<out>/calibration.json`` (schema ``ddpprof.calibration``, version 2) holds them with the
+machine and backend they were measured on, and (``--tax-from RUN``; version 2) the overlap tax
+measured on a recorded run (``ddpprof.metrics.tax``), which ``simulate`` then replays with in
+place of each run's own. It says ``running`` while the sweep runs and ends ``complete``,
+``failed`` or ``interrupted``; only a complete one is ever used. Version 1 files (no tax) are
+read as they are.
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ from .errors import Interrupted, RunFailed, UsageError, describe_os_error, signa
 from .json_input import read_json_bytes
 from .manifest import Owner, now_iso, owner_is_gone, validation_problem
 from .metrics.comm import BUS_FACTOR
+from .metrics.cost import CostModel, fit_cost, traffic_bytes
+from .metrics.tax import OverlapTax
 from .record.config import Launch
 from .report.table import columns
 from .run_folder import RunFolder
-from .simulate.cost import CostModel, fit_cost, traffic_bytes
 from .trace import discover
 from .units import MIB
 
@@ -90,16 +94,23 @@ class SweepPoint(msgspec.Struct, kw_only=True):
 
 
 class Fit(msgspec.Struct, kw_only=True):
-    """``t = α + traffic/β`` over the points (``ddpprof.simulate.cost.fit_cost``)."""
+    """``t = α + traffic/β`` over the points (``ddpprof.metrics.cost.fit_cost``)."""
 
     alpha_us: float
     beta_busbw_gbps: float              # β, on the traffic each rank moves (bus bandwidth)
     r2: float | None
 
 
+class TaxCalibration(msgspec.Struct, kw_only=True):
+    """The overlap tax measured on a recorded run (``calibrate --tax-from RUN``)."""
+
+    run: str
+    tax: OverlapTax
+
+
 class Calibration(msgspec.Struct, kw_only=True):
     schema: str = SCHEMA
-    version: int = 1
+    version: int = 2
     status: Status | None = None
     error: str | None = None
     collective: str = "all_reduce"
@@ -116,6 +127,7 @@ class Calibration(msgspec.Struct, kw_only=True):
     owner: Owner | None = None
     fit: Fit | None = None
     points: list[SweepPoint] = msgspec.field(default_factory=list)
+    overlap_tax: TaxCalibration | None = None
 
     def cost_model(self, source: str) -> CostModel:
         """The fitted model; a ``UsageError`` naming ``source`` when the sweep found none."""
@@ -185,9 +197,38 @@ def describe(calibration: Calibration) -> str:
     where = f" on {machine.hostname} ({machine.devices[0]})" if machine else ""
     r2 = f", R² = {fit.r2:.3f}" if fit.r2 is not None else ""
     peak = max((p.busbw_gbps for p in calibration.points), default=0.0)
+    tax = ""
+    if calibration.overlap_tax is not None:
+        measured = calibration.overlap_tax.tax
+        tax = (f"; overlap tax from {calibration.overlap_tax.run}: compute "
+               f"{_pct(measured.pct('compute'))}, communication "
+               f"{_pct(measured.pct('communication'))}")
     return (f"all-reduce, {calibration.backend}, {calibration.world_size} ranks{where}: "
             f"α = {fit.alpha_us:.1f} µs, β = {fit.beta_busbw_gbps:.3f} GB/s bus bandwidth"
-            f"{r2}; best measured busbw {peak:.3f} GB/s")
+            f"{r2}; best measured busbw {peak:.3f} GB/s{tax}")
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1f}%"
+
+
+def tax_from(run_path: Path) -> TaxCalibration:
+    """The overlap tax of a recorded run (analyzed as ``analyze`` does); a ``UsageError``
+    naming it when it cannot be analyzed or has none to measure."""
+    from .analysis import analyze_paths
+    from .trace.storage import location_of
+
+    analysis = analyze_paths([location_of(str(run_path))])
+    if analysis.errors or analysis.unfinished or len(analysis.runs) != 1:
+        problem = (analysis.errors or analysis.unfinished or [None])[0]
+        raise UsageError(f"--tax-from {run_path}: " + (
+            problem.error if problem else f"{len(analysis.runs)} runs found; give one"))
+    run = analysis.runs[0]
+    tax = run.overlap_tax
+    if tax is None or (tax.pct("compute") is None and tax.pct("communication") is None):
+        raise UsageError(f"--tax-from {run_path}: no overlap tax can be measured there (no op "
+                         "or collective seen both alone and overlapped)")
+    return TaxCalibration(run=str(run_path), tax=tax)
 
 
 def summarize_points(result: SweepResult, sizes: list[int]) -> list[SweepPoint]:
@@ -249,10 +290,12 @@ def validate(sweep: Sweep) -> None:
                          f"{gpus} CUDA GPU(s) are visible")
 
 
-def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
+def calibrate(sweep: Sweep, out: Path, quiet: bool = False,
+              overlap_tax: TaxCalibration | None = None) -> Calibration:
     """Run ``sweep`` through torchrun and write ``out/calibration.json`` (node 0 only; the
-    other nodes' launchers just take part). Raises ``RunFailed`` when the sweep fails and
-    ``Interrupted`` when a signal stops it, after marking the file so."""
+    other nodes' launchers just take part), with ``overlap_tax`` if given. Raises
+    ``RunFailed`` when the sweep fails and ``Interrupted`` when a signal stops it, after
+    marking the file so."""
     from . import processes
     from .progress import Progress
     from .record import folders, process
@@ -271,7 +314,8 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False) -> Calibration:
         calibration = Calibration(
             status="running", backend=sweep.backend, world_size=sweep.world_size,
             nproc_per_node=sweep.nproc, nnodes=sweep.nnodes, warmup_iters=sweep.warmup_iters,
-            iters=sweep.iters, started=now_iso(), owner=Owner.current())
+            iters=sweep.iters, started=now_iso(), owner=Owner.current(),
+            overlap_tax=overlap_tax)
         try:
             if leader:
                 _write(folder, calibration)

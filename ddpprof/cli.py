@@ -136,12 +136,14 @@ def gate(**kwargs: Any) -> None:
 @click.argument("run_path", metavar="RUN", type=o.FOLDER)
 @o.bucket_cap_option(o.WHAT_IF_CAPS_MIB, "Bucket sizes to predict, in MiB.")
 @o.world_size_option("World sizes to predict [default: the run's, 2, 4, 8].")
+@g.edit_options("all apply to every row")
 @g.cost_model_options()
 @o.keep_last_step_option()
 @o.outputs("the predictions, the cost model and the notes", html="simulate")
 def simulate(**kwargs: Any) -> None:
     """Predict step time, exposed communication, overlap and scaling efficiency of a recorded
-    run's own configuration and of other bucket sizes and world sizes."""
+    run's own configuration and of other bucket sizes and world sizes, by replaying its
+    steps' dependency graphs across ranks with those edits."""
     run("simulate", **kwargs)
 
 
@@ -150,6 +152,9 @@ def simulate(**kwargs: Any) -> None:
 @o.nproc_option("2")
 @o.config_options(option_fields(), only=("nnodes", "node_rank", "rdzv_endpoint", "timeout_s"))
 @g.sweep_size_options()
+@click.option("--tax-from", type=o.FOLDER, metavar="RUN",
+              help="Also measure the overlap tax on this recorded run and store it: simulate "
+                   "then replays every run with it.")
 @o.out_option("calibration", "The folder calibration.json goes in.")
 @o.outputs("the calibration (as OUT/calibration.json)", html="calibration", progress=True)
 def calibrate(**kwargs: Any) -> None:

@@ -62,6 +62,10 @@ def cost_model_options() -> Callable[[F], F]:
                      help="Use this bus bandwidth (GB/s) instead of a calibration or fit."),
         click.option("--latency-us", type=NON_NEGATIVE_FLOAT,
                      help="Use this per-call latency (µs) instead of a calibration or fit."),
+        click.option("--shared-cores", type=POSITIVE_INT, metavar="C",
+                     help="Every rank, at any world size, shares these C cores (the ranks of a "
+                          "CPU run on one host): where the ranks' threads outnumber them, all "
+                          "work slows in proportion. [default: each rank brings its own]"),
         click.option("--ready-order", is_flag=True,
                      help="Bucket gradients in the order they become ready, not in reverse "
                           "registration order (what PyTorch's Reducer and bucket_ddp_async "
@@ -93,18 +97,25 @@ def analysis_options() -> Callable[[F], F]:
                           "DDPPROF_SCHEDULER]; the workers read the traces."))
 
 
+def edit_options(each: str) -> Callable[[F], F]:
+    """The graph edits ``critical-path`` and ``simulate`` replay (``ddpprof.graph.whatif``);
+    ``each`` says what one of them gives."""
+    return _stack(
+        click.option("--faster", multiple=True, metavar="CLASS=PCT",
+                     help="Replay with the work of CLASS (gemm or compute) PCT % shorter, e.g. "
+                          f"gemm=20. Repeatable: {each}."),
+        click.option("--faster-network", multiple=True, metavar="PCT",
+                     help=f"Replay with every collective's transfer PCT % shorter. Repeatable: "
+                          f"{each}."),
+        click.option("--rank-delay", multiple=True, metavar="RANK=US",
+                     help="Replay with RANK starting its step US µs later (negative: sooner). "
+                          f"Repeatable: {each}."))
+
+
 def what_if_options() -> Callable[[F], F]:
     """``critical-path``'s edits to replay, and its graph output."""
     return _stack(
-        click.option("--faster", multiple=True, metavar="CLASS=PCT",
-                     help="Also replay each step with the work of CLASS (gemm or compute) PCT % "
-                          "shorter, e.g. gemm=20. Repeatable: one replay each."),
-        click.option("--faster-network", multiple=True, metavar="PCT",
-                     help="Also replay with every collective's transfer PCT % shorter. "
-                          "Repeatable."),
-        click.option("--rank-delay", multiple=True, metavar="RANK=US",
-                     help="Also replay with RANK starting its step US µs later (negative: "
-                          "sooner). Repeatable."),
+        edit_options("one replay each"),
         click.option("--graph-json", type=OUTPUT, metavar="FILE|-",
                      help="Write every step's dependency graph as JSON (- for standard "
                           "output)."))

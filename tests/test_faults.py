@@ -298,8 +298,8 @@ def test_json_to_standard_output(calibration_run):
     result = ddpprof("simulate", str(calibration_run), *SIMULATE_GIVEN, "--json", "-")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)  # stdout holds the JSON and nothing else
-    # the run as recorded, then the 7 default caps
-    assert document["schema"] == "ddpprof.simulate" and len(document["rows"]) == 8
+    # a trace of no known variant: its own configuration, at the one world size asked
+    assert document["schema"] == "ddpprof.simulate" and len(document["rows"]) == 1
     assert "cost model" in result.stderr  # the table and the narration moved to stderr
 
 

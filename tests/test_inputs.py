@@ -17,13 +17,11 @@ from hypothesis import strategies as st
 from trace_builders import span, step, write_trace
 
 from ddpprof.analysis import AnalysisOptions, LastStep, analyze_paths
+from ddpprof.analysis.options import REPLAYED_STEPS
 from ddpprof.cli import main
 from ddpprof.metrics import intervals as iv
 from ddpprof.simulate import simulate_run, to_json_document
 from ddpprof.simulate.advice import cap_advice_for_runs
-from ddpprof.simulate.program import read_trace
-from ddpprof.trace import classify
-from ddpprof.trace.loader import load
 
 FLOAT = {"Input type": ["float"]}
 MANIFEST = {"schema_version": 3, "status": "complete", "config": {
@@ -120,7 +118,7 @@ def test_each_trace_is_opened_once(command, tmp_path, count_opens):
     assert {path: n for path, n in opened().items() if path in traces} == dict.fromkeys(
         traces, 1)
     # and the run got the bucket-cap advice, whose simulation takes rank 0's trace too
-    analysis = analyze_paths([run], AnalysisOptions(jobs=1, replay_program=True))
+    analysis = analyze_paths([run], AnalysisOptions(jobs=1, replay_graphs=True))
     assert cap_advice_for_runs(analysis.runs)
 
 
@@ -143,7 +141,7 @@ def test_analyze_and_simulate_cover_the_same_steps(tmp_path):
         simulation = simulate_run(run, [1.0], [2], bandwidth_gbps=1.0, latency_us=10.0,
                                   keep_last_step=keep, allow_sweep=False)
         steps = [row.step for row in analyzed.ranks[0].per_step]
-        assert steps == [p.step for p in simulation.programs]
+        assert steps == simulation.steps
         assert to_json_document(simulation).steps == steps
         assert steps == [f"ProfilerStep#{n}" for n in range(4 if keep else 3)]
 
@@ -162,21 +160,26 @@ def _counting(monkeypatch, module, name: str) -> Counter:
     return counts
 
 
-def test_the_simulators_work_grows_with_the_steps(tmp_path, monkeypatch):
-    """Per step, a constant number of passes over the event table and interval operations on
-    the step's own intervals: four times the steps, four times the work, not sixteen."""
-    work = {}
+def test_the_simulators_work_is_bounded_in_the_steps(tmp_path, monkeypatch):
+    """A long trace is replayed on at most ``REPLAYED_STEPS`` of its steps, spread over the
+    window, each a constant number of times (one per row; caps making the same buckets
+    once)."""
+    import ddpprof.simulate.steps as module
+
+    replays = {}
     for steps in (10, 40):
-        trace = load(write_trace(tmp_path / f"{steps}.json", [
-            e for s in range(steps) for e in training_step(s, 1000 * s)]))
-        per_name = _counting(monkeypatch, classify, "per_name")
-        intersect = _counting(monkeypatch, iv, "intersect")
-        model = read_trace(trace)
-        assert len(model.programs) == steps - 1
-        work[steps] = (per_name["calls"], intersect["elements"])
+        run = write_run(tmp_path / f"run{steps}", steps=steps, ranks=1)
+        counts = Counter()
+        original = module.replay_edited
+        monkeypatch.setattr(module, "replay_edited",
+                            lambda *a, counts=counts, original=original, **k:
+                            counts.update(["replays"]) or original(*a, **k))
+        simulation = simulate_run(run, [1.0, 25.0], [2, 4], bandwidth_gbps=1.0,
+                                  latency_us=10.0, allow_sweep=False)
+        assert len(simulation.steps) == min(steps - 1, REPLAYED_STEPS)
+        replays[steps] = counts["replays"] / len(simulation.steps)
         monkeypatch.undo()
-    assert work[40][0] == work[10][0]                       # passes over the events
-    assert work[40][1] <= 4.5 * work[10][1]                 # interval work per step
+    assert replays[40] == replays[10]
 
 
 def test_analyze_per_step_work_grows_with_the_steps(tmp_path, monkeypatch):

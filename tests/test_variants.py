@@ -11,9 +11,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from ddpprof.graph.edit import RankGradients, buckets_of
+from ddpprof.graph.model import Gradient, Node, NodeKind, StepGraph
 from ddpprof.manifest import BucketRecord
 from ddpprof.simulate import registration_positions
-from ddpprof.simulate.replay import Policy, gradient_jobs
 from ddpprof.units import MIB
 from ddpprof.variants import VARIANTS, VARIANTS_IN_ALL, make_variant, variant_class
 from ddpprof.variants.bucket_ddp_async import BucketDDPAsync
@@ -218,13 +219,16 @@ def test_the_simulator_buckets_as_the_variants_do():
     registration, grad_dtypes, note = registration_positions([sizes[i] for i in ready],
                                                              recorded)
     assert note is None
-    grads = [(float(t), sizes[i]) for t, i in enumerate(ready)]
-    jobs, _ = gradient_jobs(Policy.of(VARIANTS["bucket_ddp_async"], cap_mib), grads,
-                            registration, len(grads), grad_dtypes)
-    assert [job.size_bytes for job in jobs] == [sum(sizes[i] for i in b) for b in buckets]
+    # gradient t of the step graph is ready at t + 1 µs
+    graph = StepGraph("step", 0.0, [Node(0, "thread 1", NodeKind.COMPUTE, "AccumulateGrad",
+                                         float(t), 1.0) for t in range(len(ready))], [])
+    grads = RankGradients([Gradient(0, t, sizes[i]) for t, i in enumerate(ready)], registration,
+                          grad_dtypes)
+    launched, anchors = buckets_of(graph, grads, cap_mib)
+    assert launched == [sum(sizes[i] for i in b) for b in buckets]
     # each launches once its last gradient is ready and the buckets before it have launched
-    assert [job.at_us for job in jobs] == list(itertools.accumulate(
-        (float(max(ready.index(i) for i in b)) for b in buckets), max))
+    assert anchors == list(itertools.accumulate(
+        (max(ready.index(i) for i in b) for b in buckets), max))
 
 
 def test_shards_are_equal_and_padded_and_pieces_cover_each_parameter_once():

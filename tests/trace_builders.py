@@ -48,6 +48,33 @@ def analyze_one(trace, drop_last_step: bool = True, per_step: bool = False, **op
                         AnalysisOptions(per_step=per_step, **options))
 
 
+#: 100,000 bytes of float32 (the size of a gradient, or of an all-reduce, in ``two_buckets``).
+GRADIENT_100KB = {"Input Dims": [[25000]], "Input type": ["float"]}
+
+
+def two_buckets(folder: Path) -> list[Path]:
+    """Two gloo ranks of a bucketed variant, the same on each: thread 1 runs mm 0-300,
+    gradient 1 (AccumulateGrad) 300-310, its all-reduce's c10d op 310-320, mm 320-620,
+    gradient 2 620-630, c10d 630-640, a wait 640-750 and the optimizer 760-860, in
+    ProfilerStep#1 0-1000 (#2, dropped, 1000-1100); gloo's thread 9 runs the two all-reduces
+    320-420 and 640-740 (100,000 bytes each, as each gradient)."""
+    paths = []
+    for rank in (0, 1):
+        events = [step(1, 0, 1000), step(2, 1000, 1100),
+                  span("aten::mm", 0, 300),
+                  span("torch::autograd::AccumulateGrad", 300, 310, **GRADIENT_100KB),
+                  span("c10d::allreduce_", 310, 320),
+                  span("aten::mm", 320, 620),
+                  span("torch::autograd::AccumulateGrad", 620, 630, **GRADIENT_100KB),
+                  span("c10d::allreduce_", 630, 640),
+                  span("ddpprof::wait", 640, 750, cat="user_annotation"),
+                  span("Optimizer.step#AdamW.step", 760, 860, cat="user_annotation"),
+                  span("gloo:all_reduce", 320, 420, tid=9, **GRADIENT_100KB),
+                  span("gloo:all_reduce", 640, 740, tid=9, **GRADIENT_100KB)]
+        paths.append(write_trace(folder / f"rank{rank}.json", events, rank=rank))
+    return paths
+
+
 FLOAT = {"Input type": ["float"]}
 
 

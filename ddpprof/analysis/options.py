@@ -12,6 +12,11 @@ from typing import TypeVar
 Steps = TypeVar("Steps", bound=Sequence)
 
 
+#: The most steps whose graphs ``simulate`` and the bucket-cap advice replay: evenly spread
+#: over the analyzed window (a replay costs tens of ms a step; a long trace has thousands).
+REPLAYED_STEPS = 16
+
+
 @dataclass(frozen=True)
 class AnalysisOptions:
     keep_last_step: bool = False       # analyze the last ProfilerStep too (HTA drops it)
@@ -22,11 +27,14 @@ class AnalysisOptions:
     engine: str = "native"             # "hta": HTA itself computes the GPU shares
     jobs: int | None = None            # ranks analyzed at once (default: the cores)
     scheduler: str | None = None       # a Dask scheduler's address: analyze there
-    #: Also rank 0's step program for the simulator (``analyze``'s bucket-cap advice), and
-    #: each rank's share of its steps' dependency graphs (``critical-path``), made where the
-    #: trace is read, so that the trace is read once.
-    replay_program: bool = False
+    #: Also each rank's share of its steps' dependency graphs: always (``step_graphs``:
+    #: ``critical-path``, ``simulate``), or where its gradients were reduced in buckets
+    #: (``replay_graphs``: ``analyze``'s bucket-cap advice); made where the trace is read, so
+    #: that the trace is read once.
+    replay_graphs: bool = False
     step_graphs: bool = False
+    #: With ``step_graphs``, at most this many steps' graphs (None: every step's).
+    max_graph_steps: int | None = None
 
 
 class LastStep(StrEnum):

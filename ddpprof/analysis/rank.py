@@ -25,6 +25,7 @@ from ..metrics.comm import CollectiveCalls, collective_stats, message_bytes
 from ..trace import classify
 from ..trace.classify import Kind
 from ..trace.events import CommArgs, RankTrace, launch_times
+from . import tax
 from .buckets import BucketTimeline, bucket_timeline
 from .options import AnalysisOptions, LastStep
 from .parts import device_parts, host_parts
@@ -147,10 +148,14 @@ class _DeviceAnalysis:
             self.notes.append("HTA's rounding makes non-compute time negative on this trace "
                               "(HTA 0.5.0 itself fails an assertion here); the default, "
                               "unrounded numbers are the true ones")
-        calls = self._calls(sel & (self.kinds == Kind.COMMUNICATION), host_comm_events)
+        call_events = sel & (self.kinds == Kind.COMMUNICATION) | host_comm_events
+        calls = _collective_calls(trace, np.flatnonzero(call_events), self.start, self.end)
         is_compute = sel & (self.kinds == Kind.COMPUTE)
         compute = iv.union(self.start[is_compute], self.end[is_compute])
         self._note_classification(sel, host_comm_events)
+        samples = tax.device_samples(trace, self.stream, is_compute, call_events, self.start,
+                                     self._launch_positions() if self.analyzed.size else
+                                     np.zeros(trace.n_events, np.int64), compute)
         return RankResult(
             path=str(trace.path), rank=rank, world_size=trace.world_size,
             backend=trace.backend, kind="gpu", last_step=self.last_step,
@@ -159,7 +164,7 @@ class _DeviceAnalysis:
                 calls, compute), calls=calls, per_step=self._per_step(),
             timeline=self._timeline(compute) if self.options.timeline else None,
             buckets=self._buckets(), host=self._host_signals(sel, host_comm),
-            notes=self.notes, parts=device_parts(
+            notes=self.notes, tax_samples=samples, parts=device_parts(
                 trace, self.stream, self.start, self.end, sel, self.kinds,
                 self._launch_times, self._launch_positions(), self.analyzed, calls))
 
@@ -187,10 +192,6 @@ class _DeviceAnalysis:
         on_host = classify.per_name(self.trace, classify.runs_on_host)
         return on_host & (self.stream < 0) & self.host_kept & classify.per_category(
             self.trace, lambda c: c in classify.HOST_WORK_CATEGORIES)
-
-    def _calls(self, kernels: np.ndarray, host_comm: np.ndarray) -> CollectiveCalls:
-        return _collective_calls(self.trace, np.flatnonzero(kernels | host_comm),
-                                 self.start, self.end)
 
     def _note_classification(self, sel: np.ndarray, host_comm: np.ndarray) -> None:
         trace = self.trace
@@ -333,15 +334,18 @@ class _HostAnalysis:
         in_window = self.lanes.comm & (s >= window[0][0]) & (s < window[1][-1])
         calls = _collective_calls(trace, np.flatnonzero(in_window), trace.start_us,
                                   trace.end_us, _issued_kinds(trace, self.lanes))
+        compute = iv.intersect(self.compute, window)
         return RankResult(
             path=str(trace.path), rank=rank, world_size=trace.world_size,
             backend=trace.backend, kind="cpu", last_step=self.last_step,
             steps=max(int(self.analyzed.size), 1), total_steps=0, breakdown=breakdown,
             collectives=collective_stats(calls),
-            overlap_by_kind=_overlap_by_kind(calls, iv.intersect(self.compute, window)),
-            calls=calls, per_step=self._per_step(window),
+            overlap_by_kind=_overlap_by_kind(calls, compute), calls=calls,
+            per_step=self._per_step(window),
             timeline=self._timeline(window) if self.options.timeline else None,
             buckets=self._buckets(), host=HostSignals(_dataloader_us(trace, window), None),
+            tax_samples=tax.host_samples(trace, self.lanes, self.analyzed, compute,
+                                         calls.start_us),
             parts=host_parts(trace, self.lanes, window, self.analyzed, calls))
 
     def _per_step(self, window: iv.Intervals) -> list[StepRow]:

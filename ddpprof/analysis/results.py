@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from ..manifest import RunManifest
 from ..metrics.breakdown import Breakdown
 from ..metrics.comm import CollectiveCalls, CollectiveStats
+from ..metrics.tax import OverlapTax, RankTaxSamples
 from ..metrics.waits import WaitSplit
 from .buckets import BucketTimeline
 from .options import LastStep
@@ -15,7 +16,6 @@ from .parts import RankParts
 
 if TYPE_CHECKING:
     from ..graph.build import RankStep
-    from ..simulate.program import TraceModel
 
 
 @dataclass(frozen=True)
@@ -73,11 +73,11 @@ class RankResult:
     host: HostSignals | None = None
     notes: list[str] = field(default_factory=list)
     wait: WaitSplit | None = None   # set by the run, once every rank is in
-    #: The simulator's reading of the trace (``AnalysisOptions.replay_program``; rank 0 of a
-    #: run whose gradients were bucketed), for the bucket-cap advice.
-    replay: TraceModel | None = None
-    #: This rank's share of the graph of each analyzed step (``AnalysisOptions.step_graphs``).
+    #: This rank's share of the graph of each analyzed step (``AnalysisOptions.step_graphs``,
+    #: or ``replay_graphs`` for a run whose gradients were bucketed).
     graph_steps: list[RankStep] | None = None
+    #: What the trace gives the run's overlap tax (never written out).
+    tax_samples: RankTaxSamples | None = None
     parts: RankParts | None = None  # each step cut into parts (``ddpprof diff``)
 
 
@@ -92,6 +92,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     slowest_rank: int | None = None        # the rank that made the others wait the most
     status: str | None = None              # the run.json status, None without a manifest
+    overlap_tax: OverlapTax | None = None  # see ddpprof.metrics.tax
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,8 @@ class RunRow:
     expected_allreduces_per_step: int | None
     peak_memory_mib: float | None    # the highest rank's: CUDA peak allocated, else peak RSS
     state_memory_mib: float | None   # mean over ranks: params + grads + optimizer state
+    compute_tax_pct: float | None    # the overlap tax (ddpprof.metrics.tax), pooled
+    comm_tax_pct: float | None
 
     def to_dict(self) -> dict[str, Any]:
         flat = {f.name: getattr(self, f.name) for f in fields(self)
@@ -225,7 +227,9 @@ def run_row(run: RunResult) -> RunRow:
         peak_memory_mib=max((m for m in map(peak_memory_mib, run.manifest.memory or [])
                              if m is not None), default=None),
         state_memory_mib=_mean([row.state_bytes / MIB for row in run.manifest.memory or []
-                                if row.state_bytes is not None]))
+                                if row.state_bytes is not None]),
+        compute_tax_pct=run.overlap_tax.pct("compute") if run.overlap_tax else None,
+        comm_tax_pct=run.overlap_tax.pct("communication") if run.overlap_tax else None)
 
 
 def peak_memory_mib(row: MemoryRow) -> float | None:
@@ -266,6 +270,8 @@ def to_json_document(analysis: Analysis, findings: list | None = None) -> dict[s
         runs.append({
             **run_row(run).to_dict(), "folder": run.folder, "notes": run.notes,
             "buckets": _buckets_json(run),
+            "overlap_tax": msgspec.to_builtins(run.overlap_tax.rows) if run.overlap_tax
+            else None,
             "profile": profile_json(profile) if profile is not None else None,
             "per_rank": [{**rank_row(r).to_dict(), "path": r.path,
                           "memory": msgspec.to_builtins(memory_of(run, r.rank)),

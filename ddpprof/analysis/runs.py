@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import NotATrace, TraceError, UsageError
 from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
+from ..metrics.tax import overlap_tax
 from ..metrics.waits import wait_split
 from ..trace import classify, storage
 from ..trace.discover import RunInput, discover
@@ -24,7 +25,7 @@ from ..trace.storage import Location
 from ..variants import VARIANT_NAMES
 from .buckets import BucketTimeline
 from .executors import Progress, executor_for
-from .options import AnalysisOptions, LastStep
+from .options import REPLAYED_STEPS, AnalysisOptions, LastStep
 from .rank import analyze_rank
 from .results import Analysis, RankResult, RunProblem, RunResult
 
@@ -47,8 +48,8 @@ class _Outcome:
     if_filtered: RankResult | TraceError | None = None
 
 
-def _load_and_analyze(path: Location, options: AnalysisOptions, grad_accum: int,
-                      several: bool, decode_workers: int = 1) -> _Outcome:
+def _load_and_analyze(path: Location, options: AnalysisOptions, several: bool,
+                      decode_workers: int = 1) -> _Outcome:
     """Load and analyze one trace, its window decided from its own steps; ``several``: the
     run has other traces, which may decide otherwise. Everything taken from the trace is
     taken here: it is read once."""
@@ -57,12 +58,12 @@ def _load_and_analyze(path: Location, options: AnalysisOptions, grad_accum: int,
         names = classify.step_names(trace)
         own = LastStep.decide(names, options.keep_last_step)
         outcome = _Outcome(path, trace.rank, trace.rank_source, names,
-                           _analyze(trace, own, options, grad_accum), None)
+                           _analyze(trace, own, options), None)
         if several and trace.rank is not None and not own.filters:
             # (the analysis, not the decoding, is what is done twice: a few % of a trace's time)
             filtered = LastStep.KEPT if options.keep_last_step else LastStep.DROPPED
             try:
-                outcome.if_filtered = _analyze(trace, filtered, options, grad_accum) if names \
+                outcome.if_filtered = _analyze(trace, filtered, options) if names \
                     else TraceError(path, "no ProfilerStep, while the run's other traces name "
                                           "two or more: its ranks have no steps in common")
             except TraceError as error:
@@ -72,18 +73,15 @@ def _load_and_analyze(path: Location, options: AnalysisOptions, grad_accum: int,
         return _Outcome(path, None, None, set(), None, error)
 
 
-def _analyze(trace: RankTrace, last_step: LastStep, options: AnalysisOptions,
-             grad_accum: int) -> RankResult:
+def _analyze(trace: RankTrace, last_step: LastStep, options: AnalysisOptions) -> RankResult:
     result = analyze_rank(trace, trace.rank or 0, last_step, options)
-    if options.replay_program and trace.rank in (0, None) and result.buckets is not None \
-            and result.buckets.buckets:
-        from ..simulate.program import read_trace
-
-        result.replay = read_trace(trace, grad_accum, last_step)
-    if options.step_graphs:
+    bucketed = result.buckets is not None and bool(result.buckets.buckets)
+    if options.step_graphs or (options.replay_graphs and bucketed):
         from ..graph.build import rank_steps
 
-        result.graph_steps = rank_steps(trace, trace.rank or 0, options.keep_last_step)
+        result.graph_steps = rank_steps(
+            trace, trace.rank or 0, options.keep_last_step,
+            at_most=options.max_graph_steps if options.step_graphs else REPLAYED_STEPS)
     return result
 
 
@@ -94,9 +92,7 @@ def _lost(path: Location, reason: str) -> _Outcome:
 def _map(executor, run: RunInput, options: AnalysisOptions,
          on_rank: Progress | None = None) -> list[_Outcome]:
     """Every trace of ``run``, loaded and analyzed by ``executor`` (see ``executors``)."""
-    config = run.manifest.config
-    return executor.map(_load_and_analyze, run.traces, options,
-                        (config.grad_accum if config else None) or 1, len(run.traces) > 1,
+    return executor.map(_load_and_analyze, run.traces, options, len(run.traces) > 1,
                         on_done=on_rank, on_lost=_lost)
 
 
@@ -209,20 +205,25 @@ def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[
     world = _world_size(results)
     missing = missing_ranks([r.rank for r in results], world)
     slowest = None
+    transfer_start = {r.rank: r.calls.start_us for r in results}
     if len(results) >= 2:
         waits = wait_split({r.rank: r.calls for r in results})
         for result in results:
             result.wait = waits.by_rank[result.rank]
         slowest = waits.slowest_rank
         notes = notes + [f"waiting vs transferring: {reason}" for reason in waits.unmatched]
+        transfer_start = waits.transfer_start_us
     step_note = _step_note(last_step, results[0].kind)
     rank_notes = list(dict.fromkeys(n for r in results for n in r.notes))
     if options.engine == "hta":
         results = _with_hta(run, results, options.keep_last_step)
+    tax = overlap_tax([(r.tax_samples, r.calls, transfer_start[r.rank])
+                       for r in results if r.tax_samples is not None], results[0].backend)
     return RunResult(name=name, folder=str(run.folder), manifest=run.manifest, ranks=results,
                      last_step=last_step, missing_ranks=missing,
                      notes=[*([step_note] if step_note else []), *notes, *rank_notes],
-                     slowest_rank=slowest, status=effective_status(run.manifest))
+                     slowest_rank=slowest, status=effective_status(run.manifest),
+                     overlap_tax=tax)
 
 
 def _with_recorded_params(timeline: BucketTimeline | None, manifest: RunManifest

@@ -24,7 +24,7 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
     options = AnalysisOptions(
         keep_last_step=keep_last_step, per_step=per_step, hta_compat=hta_compat,
         comm_kernels=tuple(validate_comm_patterns(comm_kernels)), engine=engine, jobs=jobs,
-        scheduler=scheduler or None, replay_program=True, step_graphs=critical_path)
+        scheduler=scheduler or None, replay_graphs=True, step_graphs=critical_path)
     locations = [location_of(path) for path in paths]
     page_name = report_name(locations[0]) if len(locations) == 1 else "report"
     outputs.check(page_name)
@@ -45,7 +45,7 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
         paths = AnalyzedPaths.of(analysis)
         advice = paths.told(advice)
     document = to_json_document(analysis, advice)
-    sections = console.findings_section(advice)
+    sections = [*console.tax_section(analysis), *console.findings_section(advice)]
     if paths is not None:
         paths.add_to(document, tables, sections)
     errors = [error.error for error in analysis.errors]

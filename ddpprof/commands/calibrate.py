@@ -13,19 +13,20 @@ from . import require_record_extra
 def calibrate(backend: str, nprocs: list[int], nnodes: int, node_rank: int,
               rdzv_endpoint: str | None, timeout_s: float, min_bytes: int, max_bytes: int,
               step_factor: float, warmup_iters: int, iters: int, out: Path,
-              outputs: Outputs) -> Output:
+              outputs: Outputs, tax_from: Path | None = None) -> Output:
     require_record_extra("calibrate")
     from .. import calibrate as calibration
 
     if len(nprocs) != 1:
         raise UsageError("--nproc: a calibration measures one world size; give one value")
     outputs.check("calibration", folders=[out])
+    tax = calibration.tax_from(tax_from) if tax_from is not None else None
     sweep = calibration.Sweep(
         backend=backend, nproc=nprocs[0], nnodes=nnodes, node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint, timeout_s=timeout_s,
         sizes_bytes=calibration.sweep_sizes(min_bytes, max_bytes, step_factor),
         warmup_iters=warmup_iters, iters=iters)
-    result = calibration.calibrate(sweep, out, outputs.quiet)
+    result = calibration.calibrate(sweep, out, outputs.quiet, tax)
     target = out / calibration.CALIBRATION_NAME
     if not result.points:  # another node's launcher: node 0 writes the file
         return Output(result, notes=[f"node {node_rank}: sweep done; node 0 writes {target}"],

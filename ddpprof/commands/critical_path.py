@@ -17,9 +17,10 @@ from ..atomic import check_output, is_stdout, json_text, refuse_inputs, write_te
 from ..errors import UsageError
 from ..findings import Finding
 from ..graph.advice import with_critical_path
+from ..graph.contended import Tax
 from ..graph.model import StepGraph
 from ..graph.summary import CriticalPathDocument, StepPath, run_paths
-from ..graph.whatif import Edit, parse_edit
+from ..graph.whatif import Edit, parse_edits
 from ..report.output import Output, Outputs, Section
 from ..report.table import Table
 from ..trace.storage import location_of, report_name
@@ -31,9 +32,7 @@ MAX_FIGURES = 8
 def edits_of(faster: Sequence[str], faster_network: Sequence[str],
              rank_delay: Sequence[str]) -> list[list[Edit]]:
     """One what-if per option given (each replayed alone)."""
-    return [[parse_edit(option, text)] for option, texts in (
-        ("faster", faster), ("faster-network", faster_network), ("rank-delay", rank_delay))
-        for text in texts]
+    return [[edit] for edit in parse_edits(faster, faster_network, rank_delay)]
 
 
 def critical_paths(analysis: Analysis, edits: list[list[Edit]]
@@ -45,7 +44,8 @@ def critical_paths(analysis: Analysis, edits: list[list[Edit]]
     notes: list[str] = []
     for run in analysis.runs:
         ranks = {r.rank: r.graph_steps or [] for r in run.ranks}
-        found, graphs[run.name], run_notes = run_paths(run.name, ranks, edits)
+        tax = Tax.measured(run.overlap_tax, []) if edits else None
+        found, graphs[run.name], run_notes = run_paths(run.name, ranks, edits, tax)
         steps += found
         notes += run_notes
     return steps, graphs, notes

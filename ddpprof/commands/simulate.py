@@ -4,6 +4,7 @@ sizes (``ddpprof.simulate``)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import UsageError
@@ -12,11 +13,15 @@ from ..report.table import Table
 
 
 def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int],
+             faster: Sequence[str], faster_network: Sequence[str], rank_delay: Sequence[str],
              calibration: Path | None, bandwidth_gbps: float | None, latency_us: float | None,
-             ready_order: bool, measured: Path | None, keep_last_step: bool,
-             outputs: Outputs) -> Output:
+             shared_cores: int | None, ready_order: bool, measured: Path | None,
+             keep_last_step: bool, outputs: Outputs) -> Output:
     from .. import simulate as sim
+    from ..graph.whatif import parse_edits
     from ..simulate.output import COLUMNS
+
+    edits = parse_edits(faster, faster_network, rank_delay)
 
     if (bandwidth_gbps is None) != (latency_us is None):
         raise UsageError("--bandwidth-gbps and --latency-us go together")
@@ -31,7 +36,7 @@ def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int
 
     result = sim.simulate_run(run_path, bucket_caps_mib, world_sizes or None, bandwidth_gbps,
                               latency_us, measured, calibration, ready_order, keep_last_step,
-                              on_note=note)
+                              on_note=note, edits=edits, shared_cores=shared_cores)
     summary = sim.summary_lines(result)
     table = Table(COLUMNS, result.rows)
 

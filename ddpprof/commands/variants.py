@@ -19,20 +19,20 @@ class VariantRow:
     default_grad_accum: int
     gradient_collective: str | None  # what its gradient sync launches
     blocking: bool              # all its communication blocks, after backward
-    replay: str                 # how ddpprof simulate replays its sync
+    gradient_sync: str          # how it syncs its gradients (the registry's GradientSync)
 
 
 COLUMNS = [Column("name"), Column("description", max_width=70),
            *(Column(name, wide=True) for name in (
                "bucketed", "zero_stage", "distributed", "default_grad_accum",
-               "gradient_collective", "blocking", "replay"))]
+               "gradient_collective", "blocking", "gradient_sync"))]
 
 
 @dataclass(frozen=True)
 class VariantsDocument:
     variants: list[VariantRow]
     schema: str = "ddpprof.variants"
-    version: int = 2            # 2: gradient_collective, blocking, replay
+    version: int = 3            # 2: gradient_collective, blocking, replay; 3: gradient_sync
 
 
 def variants(outputs: Outputs) -> Output:
@@ -40,7 +40,7 @@ def variants(outputs: Outputs) -> Output:
     rows = [VariantRow(info.name, info.description, info.distributed, info.bucketed,
                        info.zero_stage, info.default_grad_accum,
                        info.gradient_collective if info.distributed else None,
-                       info.blocking, info.replay) for info in VARIANTS.values()]
+                       info.blocking, info.gradient_sync) for info in VARIANTS.values()]
     return Output(VariantsDocument(rows), [Table(COLUMNS, rows)], title="ddpprof variants")
 
 

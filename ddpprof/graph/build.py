@@ -34,15 +34,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from ..analysis.options import LastStep
 from ..analysis.rank import _call_args
+from ..metrics.comm import message_bytes
 from ..metrics.waits import _match
 from ..trace import classify
 from ..trace.classify import KernelClassifier, Kind
-from ..trace.events import RankTrace
-from .model import EdgeKind, Node, NodeKind, StepGraph, recorded_graph
+from ..trace.events import CommArgs, RankTrace
+from .model import Collective, EdgeKind, Gradient, Node, NodeKind, StepGraph, recorded_graph
 
 #: A collective counts as awaited by a wait that returned up to this long (µs) before the
 #: collective's span was closed: the backend closes its span after waking the waiter.
@@ -120,6 +122,7 @@ class _Part:
     arrive: dict[int, int] = field(default_factory=dict)   # collective event -> arrive node
     transfer: dict[int, int] = field(default_factory=dict)  # collective event -> transfer
     collectives: list[int] = field(default_factory=list)   # collective events, by start
+    blocking_waits: dict[int, int] = field(default_factory=dict)  # issue node -> its wait
 
     def add(self, node: Node) -> int:
         self.nodes.append(node)
@@ -272,6 +275,7 @@ def _split_blocking_issue(part: _Part, issue: int, transfer: int) -> None:
     part.nodes[issue] = Node(op.rank, op.lane, op.kind, op.name, op.start_us,
                              collective.start_us - op.start_us)
     wait = part.add(Node(op.rank, op.lane, NodeKind.WAIT, op.name, op.end_us, 0.0))
+    part.blocking_waits[issue] = wait
     part.edges[:] = [(wait if u == issue and kind == EdgeKind.PROGRAM else u, v, kind)
                      for u, v, kind in part.edges]
     part.edges += [(issue, wait, EdgeKind.PROGRAM), (transfer, wait, EdgeKind.COMPLETE)]
@@ -325,23 +329,58 @@ class RankStep:
     part: _Part
     #: Its collective events by start: (event, collective, process group, sequence number).
     collectives: list[tuple[int, str, str, int | None]]
+    #: The same collectives as the graph keeps them (nodes of this part), and its gradients.
+    annotated: list[Collective] = field(default_factory=list)
+    gradients: list[Gradient] = field(default_factory=list)
 
 
 def rank_steps(trace: RankTrace, rank: int, keep_last_step: bool = False,
-               classifier: KernelClassifier | None = None) -> list[RankStep]:
-    """``rank``'s share of the graph of each of its analyzed steps."""
+               classifier: KernelClassifier | None = None, at_most: int | None = None
+               ) -> list[RankStep]:
+    """``rank``'s share of the graph of each of its analyzed steps (at most ``at_most`` of
+    them, evenly spread over the window: the same steps on every rank that has the same)."""
     p = prepare(trace, keep_last_step, classifier)
+    issuer = {span: op for span, op in classify.issuing_ops(
+        trace, np.flatnonzero(p.host_comm)).items()}
+    steps = p.steps
+    if at_most is not None and len(steps) > at_most:
+        steps = [steps[int(k)] for k in np.unique(np.round(np.linspace(
+            0, len(steps) - 1, at_most)))]
     found = []
-    for number, name, lo, hi, thread in p.steps:
+    for number, name, lo, hi, thread in steps:
         part = _rank_part(p, rank, lo, hi, thread)
         events = sorted(part.collectives, key=lambda i: trace.start_us[i])
+        arguments = _call_args(trace, np.array(events, dtype=np.int64))
         collectives = [(i, classify.collective_of(trace.names[trace.name_id[i]],
                                                   args.collective if args else None),
                         (args.group or "") if args else "", args.sequence if args else None)
-                       for i, args in zip(events, _call_args(trace, np.array(
-                           events, dtype=np.int64)), strict=True)]
-        found.append(RankStep(number, name, lo, part, collectives))
+                       for i, args in zip(events, arguments, strict=True)]
+        annotated = [_annotated(p, part, i, kind, args, issuer.get(i))
+                     for (i, kind, _, _), args in zip(collectives, arguments, strict=True)]
+        gradients = [Gradient(rank, part.last[i], int(size)) for i, size in sorted(
+            trace.grad_bytes.items()) if i in part.last]
+        found.append(RankStep(number, name, lo, part, collectives, annotated, gradients))
     return found
+
+
+def _annotated(p: _Prepared, part: _Part, event: int, kind: str, args: CommArgs | None,
+               op: int | None) -> Collective:
+    """A collective event of ``part`` as the graph keeps it (nodes of the part)."""
+    trace = p.trace
+    if op is not None:
+        kind = classify.issued_collective(trace, op)
+    size = message_bytes(kind, args.in_bytes, args.out_bytes,
+                         args.group_size or trace.world_size) if args else None
+    # a lane's nodes are added in time order: those from the arrive to the span's last piece
+    # are the span's own and what nested in it
+    nodes = list(range(part.arrive[event], part.last[event] + 1))
+    launch = p.launch_of.get(event)
+    issuing = op if op is not None else launch
+    issue = [] if issuing is None or issuing not in part.pieces else [
+        *part.pieces[issuing], *(part.blocking_waits[k] for k in part.pieces[issuing]
+                                 if k in part.blocking_waits)]
+    return Collective(part.rank, kind, size, part.arrive[event], part.transfer[event], nodes,
+                      issue)
 
 
 def join_steps(ranks: dict[int, list[RankStep]]) -> tuple[list[StepGraph], list[str]]:
@@ -372,11 +411,17 @@ def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> 
     nodes: list[Node] = []
     edges: list[tuple[int, int, EdgeKind]] = []
     offsets = []
+    collectives: list[Collective] = []
+    gradients: list[Gradient] = []
     for member in parts:
         offsets.append(len(nodes))
+        at = offsets[-1]
         nodes.extend(member.part.nodes)
-        edges.extend((u + offsets[-1], v + offsets[-1], kind)
-                     for u, v, kind in member.part.edges)
+        edges.extend((u + at, v + at, kind) for u, v, kind in member.part.edges)
+        collectives += [msgspec.structs.replace(
+            c, arrive=c.arrive + at, transfer=c.transfer + at, nodes=[k + at for k in c.nodes],
+            issue=[k + at for k in c.issue]) for c in member.annotated]
+        gradients += [msgspec.structs.replace(g, node=g.node + at) for g in member.gradients]
     members: dict[tuple[str, str], dict[int, tuple[np.ndarray, list]]] = {}
     for position, member in enumerate(parts):
         for i, kind, group, sequence in member.collectives:
@@ -401,4 +446,4 @@ def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> 
                 edges.extend((arrives[j], transfer, EdgeKind.ARRIVAL) for j in arrives
                              if j != k)
     notes.extend(f"{step}: {line}" for line in unmatched)
-    return recorded_graph(step, origin, nodes, edges)
+    return recorded_graph(step, origin, nodes, edges, collectives, gradients)

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 SCHEMA = "ddpprof.step-graph"
-VERSION = 1
+VERSION = 2
 
 
 class NodeKind(StrEnum):
@@ -65,14 +65,39 @@ class Edge(msgspec.Struct, frozen=True):
     gap_us: float = 0.0
 
 
+class Collective(msgspec.Struct, frozen=True):
+    """One rank's part in one collective: its nodes, the op that issued it, what it moved."""
+
+    rank: int
+    kind: str                        # as the op that issued it names it (gloo runs a
+    #                                  reduce-scatter as an all-reduce)
+    size_bytes: int | None           # nccl-tests' size (``metrics.comm.message_bytes``)
+    arrive: int                      # its arrive node
+    transfer: int                    # its (first) transfer node
+    nodes: list[int]                 # every node of it on its lane: arrive, transfer pieces,
+    #                                  and ops nested in its span
+    issue: list[int]                 # the nodes of the op (or launch) that issued it, if known
+
+
+class Gradient(msgspec.Struct, frozen=True):
+    """A parameter's gradient became ready: the last node of its ``AccumulateGrad``."""
+
+    rank: int
+    node: int
+    size_bytes: int
+
+
 class StepGraph(msgspec.Struct, frozen=True):
     """One step's graph: ``origin_us`` is the earliest rank's step start, the time every
-    critical path is measured from."""
+    critical path is measured from. ``collectives`` and ``gradients`` name what a replay with
+    another bucket cap replaces (``graph.edit``)."""
 
     step: str
     origin_us: float
     nodes: list[Node]
     edges: list[Edge]
+    collectives: list[Collective] = []
+    gradients: list[Gradient] = []
     schema: str = SCHEMA
     version: int = VERSION
 
@@ -95,6 +120,14 @@ class GraphColumns:
         by_dst = np.argsort(dst, kind="stable")
         self.in_edges = by_dst
         self.in_ptr = np.searchsorted(dst[by_dst], np.arange(start.size + 1))
+        self._incoming: list[list[int]] | None = None
+
+    def incoming(self) -> list[list[int]]:
+        """Each node's in-edges as a list (what a replay walks; made once)."""
+        if self._incoming is None:
+            edges, ptr = self.in_edges.tolist(), self.in_ptr.tolist()
+            self._incoming = [edges[ptr[k]:ptr[k + 1]] for k in range(len(ptr) - 1)]
+        return self._incoming
 
     @classmethod
     def of(cls, graph: StepGraph) -> GraphColumns:
@@ -134,7 +167,9 @@ def topological_order(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 
 
 def recorded_graph(step: str, origin_us: float, nodes: list[Node],
-                   edges: list[tuple[int, int, EdgeKind]]) -> StepGraph:
+                   edges: list[tuple[int, int, EdgeKind]],
+                   collectives: list[Collective] | None = None,
+                   gradients: list[Gradient] | None = None) -> StepGraph:
     """The graph of recorded ``nodes`` and ``edges`` with the gaps and releases that make its
     unchanged replay give back the recorded times (see the module's docstring). Of edges whose
     sources ended at the same time, the first listed binds."""
@@ -150,4 +185,4 @@ def recorded_graph(step: str, origin_us: float, nodes: list[Node],
         gapped.append(Edge(src, dst, kind, gap if binding[dst] == k else min(0.0, gap)))
     released = [msgspec.structs.replace(node, release_us=None if i in incoming
                                         else node.start_us) for i, node in enumerate(nodes)]
-    return StepGraph(step, origin_us, released, gapped)
+    return StepGraph(step, origin_us, released, gapped, collectives or [], gradients or [])

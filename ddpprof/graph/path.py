@@ -61,21 +61,23 @@ def replay(graph: StepGraph, columns: GraphColumns | None = None,
            release_us: np.ndarray | None = None) -> Schedule:
     """Replay ``graph`` with, optionally, other durations, gaps or releases (same order)."""
     c = columns or graph.columns()
-    duration = c.duration if duration_us is None else duration_us
-    gap = c.gap if gap_us is None else gap_us
-    release = c.release if release_us is None else release_us
-    start = np.empty(c.start.size)
-    end = np.empty(c.start.size)
+    duration = (c.duration if duration_us is None else duration_us).tolist()
+    gap = (c.gap if gap_us is None else gap_us).tolist()
+    release = (c.release if release_us is None else release_us).tolist()
+    src = c.src.tolist()
+    incoming = c.incoming()
+    start = [0.0] * c.start.size
+    end = [0.0] * c.start.size
     for node in c.order.tolist():
-        edges = c.in_edges[c.in_ptr[node]:c.in_ptr[node + 1]]
-        ready = release[node] if not edges.size else float(np.max(end[c.src[edges]]
-                                                                   + gap[edges]))
-        if edges.size and not np.isnan(release[node]):
-            ready = max(ready, release[node])
+        edges = incoming[node]
+        ready = release[node]
+        if edges:
+            best = max(end[src[k]] + gap[k] for k in edges)
+            ready = best if ready != ready else max(ready, best)    # nan: no release
         start[node] = ready
         end[node] = ready + duration[node]
-    last = float(end.max()) if end.size else graph.origin_us
-    return Schedule(start, end, last - graph.origin_us)
+    last = max(end) if end else graph.origin_us
+    return Schedule(np.array(start), np.array(end), last - graph.origin_us)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import msgspec
 
 from .build import RankStep, join_steps
+from .contended import Tax
 from .model import CycleError, StepGraph
 from .path import CATEGORIES, WAITING, CriticalPath, PathPiece, critical_path
 from .whatif import Edit, edited_step_us
@@ -84,7 +85,7 @@ class CriticalPathDocument(msgspec.Struct):
 
 
 def summarize(run: str, graph: StepGraph, path: CriticalPath,
-              edits: Sequence[list[Edit]] = ()) -> StepPath:
+              edits: Sequence[list[Edit]] = (), tax: Tax | None = None) -> StepPath:
     length = path.length_us
     pct = (lambda us: 100.0 * us / length) if length > 0 else (lambda us: 0.0)
     split = [SplitRow(category, rank, us, pct(us))
@@ -100,7 +101,7 @@ def summarize(run: str, graph: StepGraph, path: CriticalPath,
             sorted(by_name.items(), key=lambda kv: -kv[1])[:TOP_WORK] if us > 0]
     what_if = []
     for group in edits:
-        step_us = edited_step_us(graph, group)
+        step_us = edited_step_us(graph, group, tax)
         what_if.append(WhatIf(" and ".join(e.label for e in group), step_us,
                               pct(step_us - length)))
     return StepPath(run, graph.step, length, path.home_rank, split, work,
@@ -124,15 +125,16 @@ def _segments(pieces: list[PathPiece]) -> list[Segment]:
     return segments
 
 
-def run_paths(run: str, ranks: dict[int, list[RankStep]], edits: Sequence[list[Edit]]
-              ) -> tuple[list[StepPath], list[StepGraph], list[str]]:
+def run_paths(run: str, ranks: dict[int, list[RankStep]], edits: Sequence[list[Edit]],
+              tax: Tax | None = None) -> tuple[list[StepPath], list[StepGraph], list[str]]:
     """Every analyzed step of one run: its path summary and graph, and notes, from each rank's
-    share of the graphs (``build.rank_steps``, made where the analysis read the trace)."""
+    share of the graphs (``build.rank_steps``, made where the analysis read the trace); the
+    what-ifs replayed under ``tax``."""
     graphs, notes = join_steps(dict(sorted(ranks.items())))
     steps, kept = [], []
     for graph in graphs:
         try:
-            steps.append(summarize(run, graph, critical_path(graph), edits))
+            steps.append(summarize(run, graph, critical_path(graph), edits, tax))
             kept.append(graph)
         except CycleError as error:
             notes.append(f"{graph.step}: no critical path: {error} (collectives matched "

@@ -1,11 +1,12 @@
-"""What-if replays of a step graph: the recorded graph replayed with some of its work made
-faster or a rank delayed, and the step time that results. Pure; definitions in
-``docs/critical-path.md``.
+"""What-if replays of a step graph: the recorded graph with edits (``edit``: a bucket cap, a
+world size; here: work made faster, a rank delayed), replayed under the overlap tax
+(``contended``), and what the step then takes. Pure; definitions in ``docs/critical-path.md``
+and ``docs/simulate.md``.
 
 * ``--faster CLASS=PCT``: every compute node whose name is in the class
-  (``classify.WORK_CLASSES``: ``gemm``, ``compute``) takes ``PCT`` % less time
-  (``duration × (1 − PCT/100)``).
-* ``--faster-network PCT``: every collective's transfer takes ``PCT`` % less time.
+  (``classify.WORK_CLASSES``: ``gemm``, ``compute``) does ``PCT`` % less work
+  (``work × (1 − PCT/100)``).
+* ``--faster-network PCT``: every collective's transfer does ``PCT`` % less work.
 * ``--rank-delay RANK=US``: the rank starts its step ``US`` µs later (negative: sooner, but
   never before the earliest rank's start). The step length is measured from the home rank's
   replayed start, so a delayed rank that ends the step counts from its own later start.
@@ -22,9 +23,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UsageError
+from ..metrics import intervals as iv
 from ..trace.classify import WORK_CLASSES
+from . import contended
+from .contended import Roles, Tax
+from .edit import CollectiveCost, Editable, Rebucket, WorldSize, rebucket, scale_world
 from .model import NodeKind, StepGraph
-from .path import replay, step_length_us
+from .path import Schedule, step_length_us
+
+OPTIONS = ("faster", "faster-network", "rank-delay")
 
 
 @dataclass(frozen=True)
@@ -67,22 +74,122 @@ def parse_edit(option: str, text: str) -> Edit:
     return edit
 
 
-def edited_step_us(graph: StepGraph, edits: list[Edit]) -> float:
+def parse_edits(faster: list[str] | tuple[str, ...], faster_network: list[str] | tuple[str, ...],
+                rank_delay: list[str] | tuple[str, ...]) -> list[Edit]:
+    """Every ``--faster``, ``--faster-network`` and ``--rank-delay`` given, parsed."""
+    return [parse_edit(option, text) for option, texts in zip(
+        OPTIONS, (faster, faster_network, rank_delay), strict=True) for text in texts]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A replay: the step, and per rank (mean over ranks) its collectives' time (arrival to
+    end, what ``analyze`` counts as communication), the part of it no compute hid, and the
+    gradient collectives per step."""
+
+    step_us: float
+    comm_us: float
+    exposed_us: float
+    buckets: int | None
+    schedule: Schedule
+    graph: StepGraph
+
+    @property
+    def overlap_pct(self) -> float | None:
+        return 100 * (1 - self.exposed_us / self.comm_us) if self.comm_us > 0 else None
+
+
+def _simple(edit: Editable, edits: list[Edit]) -> None:
+    """``--faster``, ``--faster-network`` and ``--rank-delay`` on the work and releases."""
+    for change in edits:
+        for k, node in enumerate(edit.nodes):
+            faster = change.kind == "faster" and node.kind == NodeKind.COMPUTE and bool(
+                WORK_CLASSES[change.target].search(node.name))
+            if faster or (change.kind == "faster-network"
+                          and node.kind == NodeKind.COMMUNICATION):
+                edit.work[k] *= 1 - change.amount / 100
+            elif change.kind == "rank-delay" and node.rank == int(change.target) and \
+                    edit.release[k] == edit.release[k]:
+                edit.release[k] = max(edit.release[k] + change.amount, edit.graph.origin_us)
+
+
+def replay_edited(graph: StepGraph, tax: Tax | None = None, edits: list[Edit] = (),
+                  rebucketing: Rebucket | None = None, world: WorldSize | None = None,
+                  cost: CollectiveCost | None = None, work_us: np.ndarray | None = None
+                  ) -> Outcome:
+    """``graph`` replayed under ``tax`` with ``edits``, re-bucketed at ``rebucketing``'s cap
+    and at ``world``'s world size (both need ``cost``); ``work_us``: its recorded work under
+    ``tax``, if known (``contended.recorded_work``)."""
+    tax = tax or Tax.none()
+    if work_us is None:
+        work_us = contended.recorded_work(graph, Roles.of(graph), tax)
+    edit = Editable.of(graph, work_us)
+    world_size = world.world_size if world else None
+    if rebucketing is not None:
+        assert cost is not None
+        rebucket(edit, rebucketing, cost, world_size or _ranks(graph))
+    if world is not None:
+        assert cost is not None
+        scale_world(edit, world, cost)
+    _simple(edit, list(edits))
+    edited, work, release = edit.finished()
+    edited_roles = Roles.of(edited)
+    schedule = contended.replay(edited, work, edited_roles, tax, release_us=release)
+    comm, exposed = _communication(edited, schedule)
+    return Outcome(step_length_us(edited, schedule), comm, exposed,
+                   _count(edit.buckets) if rebucketing else _recorded_buckets(graph),
+                   schedule, edited)
+
+
+def _ranks(graph: StepGraph) -> int:
+    return len({n.rank for n in graph.nodes})
+
+
+def _count(buckets: dict[int, int]) -> int | None:
+    return max(buckets.values()) if buckets else None
+
+
+def _recorded_buckets(graph: StepGraph) -> int | None:
+    """The most collectives of one kind a rank ran before its optimizer."""
+    from .edit import optimizer_start
+
+    counts: dict[tuple[int, str], int] = {}
+    for c in graph.collectives:
+        if graph.nodes[c.arrive].start_us < optimizer_start(graph, c.rank):
+            counts[(c.rank, c.kind)] = counts.get((c.rank, c.kind), 0) + 1
+    return max(counts.values()) if counts else None
+
+
+def _communication(graph: StepGraph, s: Schedule) -> tuple[float, float]:
+    """Mean over ranks of |M| and |M \\ C|: M the union of the collectives' spans (from their
+    arrival, or their transfer's start, to their transfer's end), C the rank's compute."""
+    ranks = sorted({n.rank for n in graph.nodes})
+    kind = np.array([n.kind for n in graph.nodes], dtype=object)
+    rank = np.array([n.rank for n in graph.nodes])
+    comm, exposed = [], []
+    for r in ranks:
+        mine = rank == r
+        spans = mine & ((kind == NodeKind.COMMUNICATION) | (kind == NodeKind.ARRIVE))
+        transfers = np.flatnonzero(mine & (kind == NodeKind.COMMUNICATION))
+        # an arrive opens the span its transfer closes: the same lane's next transfer
+        starts, ends = list(s.start_us[transfers]), list(s.end_us[transfers])
+        for a in np.flatnonzero(spans & (kind == NodeKind.ARRIVE)).tolist():
+            lane = graph.nodes[a].lane
+            after = [t for t in transfers.tolist() if graph.nodes[t].lane == lane
+                     and s.start_us[t] >= s.start_us[a]]
+            if after:
+                t = min(after, key=lambda t: s.start_us[t])
+                starts.append(s.start_us[a])
+                ends.append(s.start_us[t])
+        m = iv.union(np.array(starts), np.array(ends))
+        compute = mine & (kind == NodeKind.COMPUTE)
+        c = iv.union(s.start_us[compute], s.end_us[compute])
+        comm.append(iv.length(m))
+        exposed.append(iv.length(iv.subtract(m, c)))
+    return (float(np.mean(comm)), float(np.mean(exposed))) if ranks else (0.0, 0.0)
+
+
+def edited_step_us(graph: StepGraph, edits: list[Edit], tax: Tax | None = None) -> float:
     """The step length (``path.step_length_us``) of ``graph`` replayed with all of ``edits``
     applied together."""
-    c = graph.columns()
-    duration, release = c.duration.copy(), c.release.copy()
-    kind = np.array([node.kind for node in graph.nodes], dtype=object)
-    rank = np.array([node.rank for node in graph.nodes], dtype=np.int64)
-    for edit in edits:
-        if edit.kind == "faster":
-            pattern = WORK_CLASSES[edit.target]
-            picked = (kind == NodeKind.COMPUTE) & np.array(
-                [bool(pattern.search(node.name)) for node in graph.nodes], dtype=bool)
-            duration[picked] *= 1 - edit.amount / 100
-        elif edit.kind == "faster-network":
-            duration[kind == NodeKind.COMMUNICATION] *= 1 - edit.amount / 100
-        else:
-            picked = (rank == int(edit.target)) & ~np.isnan(release)
-            release[picked] = np.maximum(release[picked] + edit.amount, graph.origin_us)
-    return step_length_us(graph, replay(graph, c, duration_us=duration, release_us=release))
+    return replay_edited(graph, tax, edits).step_us

@@ -41,6 +41,9 @@ class WaitSplit:
 class WaitAnalysis:
     by_rank: dict[int, WaitSplit]
     unmatched: list[str] = field(default_factory=list)  # why some calls were left out
+    #: Per rank and call, when its transfer began: the last member's arrival, clipped to the
+    #: call (a call left unmatched transfers from its own start).
+    transfer_start_us: dict[int, np.ndarray] = field(default_factory=dict)
 
     @property
     def slowest_rank(self) -> int | None:
@@ -101,11 +104,13 @@ def wait_split(calls_by_rank: dict[int, CollectiveCalls]) -> WaitAnalysis:
     totals = {rank: [0.0, 0.0, 0.0, 0] for rank in calls_by_rank}
     waiting: dict[int, list[tuple[float, float]]] = {rank: [] for rank in calls_by_rank}
     unmatched: list[str] = []
+    transfer_start = {rank: calls.start_us.copy() for rank, calls in calls_by_rank.items()}
     for rows, last_rank, last_start in _matched_calls(calls_by_rank, unmatched):
         for rank, i in rows.items():
             start, end = calls_by_rank[rank].start_us[i], calls_by_rank[rank].end_us[i]
             transfer = min(max(end - last_start, 0.0), end - start)
             wait = (end - start) - transfer
+            transfer_start[rank][i] = end - transfer
             totals[rank][0] += transfer
             totals[rank][1] += wait
             if wait > 0:
@@ -114,7 +119,7 @@ def wait_split(calls_by_rank: dict[int, CollectiveCalls]) -> WaitAnalysis:
             if rank != last_rank:
                 totals[last_rank][2] += wait
     return WaitAnalysis({rank: WaitSplit(t[0], t[1], t[2], t[3], _union_us(waiting[rank]))
-                         for rank, t in totals.items()}, unmatched)
+                         for rank, t in totals.items()}, unmatched, transfer_start)
 
 
 def _union_us(spans: list[tuple[float, float]]) -> float:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..analysis import Analysis, RunResult, run_row, step_rows
 from ..findings import Finding
+from ..metrics.tax import ALL
 from .output import Section
 from .table import Column, Table
 
@@ -62,6 +63,27 @@ def findings_section(findings: list[Finding]) -> list[Section]:
     if len(findings) > SHOWN_FINDINGS:
         lines.append(f"... and {len(findings) - SHOWN_FINDINGS} more (--json, --html)")
     return [Section("What to change (ranked by estimated gain):", lines)]
+
+
+def tax_section(analysis: Analysis) -> list[Section]:
+    """Each run's overlap tax (``ddpprof.metrics.tax``): the pooled compute and communication
+    taxes with their 95% intervals, then the compute tax of each work class that was told;
+    the runs where neither could be told are left out, and those after the first
+    ``SHOWN_FINDINGS`` counted."""
+    lines = []
+    for run in analysis.runs:
+        tax = run.overlap_tax
+        if tax is None or (tax.pct("compute") is None and tax.pct("communication") is None):
+            continue
+        classes = [f"{row.work_class} {row.tax_pct:+.0f}%" for row in tax.rows
+                   if row.side == "compute" and row.size == ALL and row.work_class != ALL
+                   and row.tax_pct is not None]
+        lines.append(f"{run.name}: {tax.describe()}"
+                     + (f"; compute by class: {', '.join(classes)}" if classes else ""))
+    if len(lines) > SHOWN_FINDINGS:   # as many as the findings; the JSON has every run's
+        lines[SHOWN_FINDINGS:] = [f"... and {len(lines) - SHOWN_FINDINGS} more runs (--json)"]
+    return [Section("Overlap tax (the same work overlapped against alone, 95% interval):",
+                    lines)] if lines else []
 
 
 def _run_notes(run: RunResult) -> list[str]:

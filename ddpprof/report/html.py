@@ -376,6 +376,8 @@ def render_report(analysis: Analysis, title: str, findings: list | None = None,
             1 for b in buckets if b["figure"]),
         errors=analysis.errors, unfinished=analysis.unfinished,
         last_step_note=_last_step_note(analysis),
+        tax_lines=[f"{run.name}: {run.overlap_tax.describe()}" for run in analysis.runs
+                   if run.overlap_tax is not None],
         drawn_note=f"The first {len(drawn)} of {len(analysis.runs)} runs are drawn." if len(
             drawn) < len(analysis.runs) else "",
         findings=[f.to_dict() for f in findings or []], plotly_js=get_plotlyjs())

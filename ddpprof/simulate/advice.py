@@ -1,4 +1,6 @@
-"""The simulator's advice on a run's bucket cap, for ``ddpprof.findings`` (never measures)."""
+"""The simulator's advice on a run's bucket cap, for ``ddpprof.findings`` (never measures): the
+replay of the run's median step's graph at each cap (``simulate``), from what ``analyze``'s
+rank workers took of the traces (``AnalysisOptions.replay_graphs``): no trace is read twice."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..metrics.comm import BUS_FACTOR
-from .cost import CostModel, fit_cost, traffic_bytes
+from ..metrics.cost import CostModel, fit_cost, traffic_bytes
 
 if TYPE_CHECKING:
     from ..analysis.results import RunResult
@@ -22,22 +24,18 @@ ADVICE_CAPS_MB = (0.25, 0.5, 1, 2, 5, 10, 25, 50, 100)
 def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdvice | None:
     """What the replay says of a run's bucket cap, for ``ddpprof.findings``: the best cap
     against the current one at the run's own world size, and the half-bandwidth size α·β (in
-    message bytes). From what the analysis already took of rank 0's trace (``replay``): the
-    trace is not read again. None where the run cannot be simulated without measuring
-    anything."""
+    message bytes). None where the run cannot be simulated without measuring anything."""
     from ..findings import CapAdvice
     from . import Costs, simulate
 
-    rank = run.ranks[0]
-    model = rank.replay
-    if model is None:
+    if any(r.graph_steps is None for r in run.ranks):
         return None
     config = run.manifest.config
     current_cap_mb = config.bucket_cap_mb if config else None
     caps = sorted({*ADVICE_CAPS_MB, *([current_cap_mb] if current_cap_mb else [])})
     try:
-        simulation = simulate(Path(run.folder), run.manifest, model, rank.path, caps, [],
-                              Costs(fallback=fallback_cost))
+        simulation = simulate(Path(run.folder), run, caps, [], Costs(fallback=fallback_cost),
+                              median_step_only=True)
     except UsageError:
         return None
     world = simulation.world_size
@@ -90,14 +88,13 @@ def pooled_cost(runs: list[RunResult]) -> dict[tuple, CostModel]:
 
 
 def cap_advice_for_runs(runs: list[RunResult]) -> dict[str, CapAdvice]:
-    """``cap_advice`` for every run of a local folder whose rank 0 the analysis read for the
-    simulator (``AnalysisOptions.replay_program``: its gradients were bucketed); a run whose
-    own collectives cannot be fitted borrows the fit over all the runs given."""
+    """``cap_advice`` for every run of a local folder whose step graphs the analysis made
+    (``AnalysisOptions.replay_graphs``: its gradients were bucketed); a run whose own
+    collectives cannot be fitted borrows the fit over all the runs given."""
     advice = {}
     pooled = pooled_cost(runs)
     for run in runs:
-        rank = run.ranks[0]
-        if rank.replay is None or "://" in run.folder:
+        if any(r.graph_steps is None for r in run.ranks) or "://" in run.folder:
             continue
         found = cap_advice(run, pooled.get(_model_key(run)))
         if found is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import msgspec
@@ -12,15 +11,7 @@ from ..json_input import read_json_bytes
 from ..manifest import RunManifest, validation_problem
 from ..report.table import Column, columns
 from ..variants import DEFAULT_BUCKET_CAP_MIB
-from .program import StepProgram
-from .results import (
-    WHAT_IF_VARIANT,
-    Measured,
-    SimulateRow,
-    Simulation,
-    best,
-    median_error_pct,
-)
+from .results import Measured, SimulateRow, Simulation, best, median_error_pct
 
 COLUMNS: list[Column] = [
     Column("variant"), Column("world_size", "ranks"), Column("bucket_cap_mib", "cap_mib"),
@@ -37,26 +28,32 @@ class CostDocument(msgspec.Struct, kw_only=True):
     source: str
 
 
-class ContentionDocument(msgspec.Struct, kw_only=True):
-    compute_slowdown: float
-    comm_alone: float
-    comm_overlapped: float
+class TaxDocument(msgspec.Struct, kw_only=True):
+    """The overlap tax the replays applied (fractions: 0.2 is 20% longer when overlapped from
+    start to end), and where it came from."""
+
+    compute: dict[str, float]
+    communication: float
+    source: str
 
 
 class SimulateDocument(msgspec.Struct, kw_only=True):
-    """``ddpprof simulate --json``: schema ``ddpprof.simulate``, version 4 (``steps``; 3: rows
-    name the cap ``bucket_cap_mib``)."""
+    """``ddpprof simulate --json``: schema ``ddpprof.simulate``, version 5 (``overlap_tax``,
+    ``cost_level`` and ``edits`` for ``contention``; 4: ``steps``; 3: rows name the cap
+    ``bucket_cap_mib``)."""
 
     schema: str = "ddpprof.simulate"
-    version: int = 4
+    version: int = 5
     run: str
     variant: str | None
     world_size: int
-    #: The ProfilerSteps replayed: the analyzed window's (``analyze``'s), those with a backward
+    #: The ProfilerSteps replayed: the analyzed window's (``analyze``'s) that every rank has
     steps: list[str]
     rows: list[SimulateRow]
     cost: CostDocument
-    contention: ContentionDocument
+    cost_level: float
+    overlap_tax: TaxDocument
+    edits: list[str]
     measured: Measured
     profiler_overhead_ratio: float
     notes: list[str]
@@ -81,34 +78,27 @@ def rows(simulation: Simulation, sweep_points: dict[float, float]) -> list[Simul
 
 
 def summary_lines(simulation: Simulation) -> list[str]:
-    """How the simulation was set up: cost model, contention, step model, notes."""
-    cost, contention = simulation.cost, simulation.contention
+    """How the simulation was set up: cost model, level, overlap tax, steps, edits, notes."""
+    cost, tax = simulation.cost, simulation.tax
     fit = f", R² = {cost.r2:.3f}" if cost.r2 is not None else ""
-    programs = simulation.programs
-
-    def part(attribute: str) -> float:
-        return statistics.median(getattr(p, attribute) for p in programs) / 1e3
-
+    compute = ", ".join(f"{name} {100 * value:.1f}%" for name, value in tax.compute.items())
     lines = [
         f"cost model: α = {cost.alpha_us:.1f} µs, β = {cost.beta_bytes_per_us / 1e3:.3f} GB/s "
-        f"bus bandwidth ({cost.source}{fit})",
-        f"contention: compute {contention.compute_slowdown:.2f}x slower beside a collective; "
-        f"collectives {contention.comm_alone:.2f}x the model alone, "
-        f"{contention.comm_overlapped:.2f}x beside compute (over the run; each step is "
-        "replayed with its own)",
-        f"step model from {simulation.trace_name} (median of {len(programs)} profiled steps, "
-        f"{_steps_text(programs)}; world size {simulation.world_size}): before backward "
-        f"{part('pre_us'):.2f} ms, "
-        f"backward {part('backward_us'):.2f} ms ({len(programs[0].grads)} gradients), sync "
-        f"{part('sync_us'):.2f} ms, optimizer {part('post_us'):.2f} ms; profiler overhead "
-        f"{simulation.overhead_ratio:.3f}x divided out"]
+        f"bus bandwidth ({cost.source}{fit}); the run's transfers took "
+        f"{simulation.cost_level:.2f}x its time (each step is replayed at its own level)",
+        f"overlap tax ({simulation.tax_source}): compute beside a collective {compute} longer; "
+        f"a collective beside compute {100 * tax.communication:.1f}% longer",
+        f"step graphs from {_steps_text(simulation.steps)} ({len(simulation.steps)} steps, "
+        f"{simulation.world_size} ranks); profiler overhead {simulation.overhead_ratio:.3f}x "
+        "divided out"]
+    if simulation.edits:
+        lines.append(f"every row with: {', '.join(simulation.edits)}")
     return lines + [f"note: {note}" for note in simulation.notes]
 
 
-def _steps_text(programs: list[StepProgram]) -> str:
+def _steps_text(steps: list[str]) -> str:
     """``ProfilerStep#1`` or ``ProfilerStep#1 to ProfilerStep#3``."""
-    first, last = programs[0].step, programs[-1].step
-    return first if first == last else f"{first} to {last}"
+    return steps[0] if len(steps) == 1 else f"{steps[0]} to {steps[-1]}"
 
 
 def verdict_lines(simulation: Simulation) -> list[str]:
@@ -145,17 +135,17 @@ def _ms(value: float | None) -> str:
 
 
 def to_json_document(simulation: Simulation) -> SimulateDocument:
-    cost, contention = simulation.cost, simulation.contention
+    cost, tax = simulation.cost, simulation.tax
     return SimulateDocument(
         run=simulation.run, variant=simulation.variant, world_size=simulation.world_size,
-        steps=[p.step for p in simulation.programs], rows=simulation.rows,
+        steps=simulation.steps, rows=simulation.rows,
         cost=CostDocument(alpha_us=cost.alpha_us, beta_gbps=cost.beta_bytes_per_us / 1e3,
                           r2=cost.r2, samples=cost.samples, source=cost.source),
-        contention=ContentionDocument(compute_slowdown=contention.compute_slowdown,
-                                      comm_alone=contention.comm_alone,
-                                      comm_overlapped=contention.comm_overlapped),
-        measured=simulation.measured, profiler_overhead_ratio=simulation.overhead_ratio,
-        notes=simulation.notes)
+        cost_level=simulation.cost_level,
+        overlap_tax=TaxDocument(compute=dict(tax.compute), communication=tax.communication,
+                                source=simulation.tax_source),
+        edits=simulation.edits, measured=simulation.measured,
+        profiler_overhead_ratio=simulation.overhead_ratio, notes=simulation.notes)
 
 
 class _MeasuredRow(msgspec.Struct):
@@ -171,8 +161,8 @@ class _SweepFile(msgspec.Struct):
 
 
 def measured_steps(path: Path, manifest: RunManifest) -> dict[float, float]:
-    """Measured step ms by bucket size from a ``sweep --json`` file: its bucket_ddp_async rows
-    (what the replay models), else the run's own variant's. Every problem with the file is one
+    """Measured step ms by bucket size from a ``sweep --json`` file: the rows of the run's own
+    variant (what its re-bucketed replays predict). Every problem with the file is one
     ``UsageError`` naming it (and the row and field)."""
     data = read_json_bytes(path)
     try:
@@ -185,16 +175,15 @@ def measured_steps(path: Path, manifest: RunManifest) -> dict[float, float]:
     if document.schema != "ddpprof.sweep":
         raise UsageError(f"{path}: not a `ddpprof sweep --json` file (schema "
                          f"{document.schema!r})")
-    variants = {r.variant for r in document.rows}
-    own = manifest.config.variant if manifest.config else None
-    variant = own if own in variants else WHAT_IF_VARIANT
+    variant = manifest.config.variant if manifest.config else None
     points: dict[float, float] = {}
     for index, row in enumerate(document.rows):
         cap = row.bucket_cap_mib if row.bucket_cap_mib is not None else row.bucket_cap_mb
-        if row.variant != variant or row.step_ms is None:
+        if row.step_ms is None:
             continue
         if cap is None or not (0 < cap < float("inf")) or not 0 < row.step_ms < float("inf"):
             raise UsageError(f"{path}: rows[{index}]: needs a positive bucket_cap_mib and "
                              "step_ms")
-        points[cap] = row.step_ms
+        if row.variant == variant:
+            points[cap] = row.step_ms
     return points

@@ -5,11 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .cost import Contention, CostModel
-from .program import StepProgram
-
-#: What the what-if rows replay for a variant without a bucket cap of its own.
-WHAT_IF_VARIANT = "bucket_ddp_async"
+from ..graph.contended import Tax
+from ..metrics.cost import CostModel
 
 
 @dataclass(frozen=True)
@@ -46,8 +43,8 @@ class SimulateRow:
 
 @dataclass(frozen=True)
 class Measured:
-    """The run as recorded: its median unprofiled step (run.json) and, from its trace, the
-    median over its profiled steps of overlap % and exposed communication."""
+    """The run as recorded: its median unprofiled step (run.json) and, as ``analyze``
+    measures them (mean over ranks), overlap % and exposed communication per step."""
 
     step_ms: float | None
     overlap_pct: float | None
@@ -60,12 +57,15 @@ class Simulation:
     variant: str | None
     trace_name: str
     world_size: int
-    programs: list[StepProgram]
+    steps: list[str]                   # the ProfilerSteps replayed
     cost: CostModel
-    contention: Contention
+    tax: Tax                           # the overlap tax the replays apply
+    tax_source: str
+    cost_level: float                  # the run's transfers over the cost model's time
     overhead_ratio: float
     predictions: list[Prediction]
     measured: Measured
+    edits: list[str] = field(default_factory=list)   # applied to every row
     rows: list[SimulateRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 

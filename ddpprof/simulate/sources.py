@@ -1,9 +1,10 @@
-"""Where the simulator's cost model comes from, and how the run's collectives compare with it.
+"""Where the simulator's cost model comes from.
 
 First found of: ``--latency-us``/``--bandwidth-gbps``; ``--calibration FILE``; a complete
 ``calibration.json`` of the run's backend in the run folder or its parent; a fit over the
-run's own collectives; a fallback (``analyze``'s fit over every run it read); else, for a run
-ddpprof recorded on one node, an all-reduce sweep on this machine, written beside the run.
+run's own collectives' transfers; a fallback (``analyze``'s fit over every run it read); else,
+for a run ddpprof recorded on one node, an all-reduce sweep on this machine, written beside
+the run.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import UsageError
-from .cost import Contention, CostModel, comm_slowdowns, fit_cost, traffic_bytes
-from .program import TraceModel
+from ..metrics.cost import CostModel, fit_cost, traffic_bytes
 
 if TYPE_CHECKING:
     from ..calibrate import Calibration
@@ -50,17 +50,30 @@ def given_calibration(path: Path | None):
     return path, calibration
 
 
-def cost_model(run_path: Path, model: TraceModel, world: int, backend: str | None,
-               costs: Costs, notes: list[str], recorded_here: bool) -> CostModel:
+@dataclass(frozen=True)
+class Transfer:
+    """A recorded collective's transfer, as the fit over the run's own collectives takes it:
+    from when its last member arrived to its end, less the overlap tax (its time alone)."""
+
+    kind: str
+    size_bytes: int
+    time_us: float
+
+
+def cost_model(run_path: Path, transfers: Callable[[], list[Transfer]], gradient_bytes: int,
+               world: int, backend: str | None, costs: Costs, notes: list[str],
+               recorded_here: bool) -> tuple[CostModel, Calibration | None]:
+    """The cost model, and the calibration it came from (if any). ``transfers`` gives the
+    run's own, for a fit, asked only when no calibration is found."""
     if costs.bandwidth_gbps is not None:
         return CostModel(costs.latency_us or 0.0, costs.bandwidth_gbps * 1e3, None, 0,
-                         "given: --latency-us, --bandwidth-gbps")
+                         "given: --latency-us, --bandwidth-gbps"), None
     from ..calibrate import CALIBRATION_NAME, read_calibration, usable
 
     if costs.calibration is not None:
         path, calibration = costs.calibration
         _check_calibration(calibration, path, world, backend, notes)
-        return calibration.cost_model(f"calibration {path}")
+        return calibration.cost_model(f"calibration {path}"), calibration
     folder = Path(run_path) if Path(run_path).is_dir() else Path(run_path).parent
     for candidate in (folder / CALIBRATION_NAME, folder.parent / CALIBRATION_NAME):
         if not candidate.is_file():
@@ -68,20 +81,20 @@ def cost_model(run_path: Path, model: TraceModel, world: int, backend: str | Non
         calibration = read_calibration(candidate)
         if usable(calibration) is None and _same_backend(calibration.backend, backend):
             _check_calibration(calibration, candidate, world, backend, notes)
-            return calibration.cost_model(f"calibration {candidate}")
-    samples = [(traffic_bytes(c.kind, c.size_bytes, world, backend), c.end_us - c.start_us)
-               for c in model.collectives if c.size_bytes and c.end_us > c.start_us]
+            return calibration.cost_model(f"calibration {candidate}"), calibration
+    samples = [(traffic_bytes(t.kind, t.size_bytes, world, backend), t.time_us)
+               for t in transfers() if t.size_bytes and t.time_us > 0]
     problem = "the run has no collectives" if not samples else None
     if samples:
         try:
             return fit_cost(np.array([s for s, _ in samples], dtype=float),
                             np.array([t for _, t in samples]),
-                            f"fit over the run's {len(samples)} collectives")
+                            f"fit over the run's {len(samples)} collective transfers"), None
         except UsageError as error:
             problem = str(error)
     if costs.fallback is not None:
         notes.append(f"cost model: {problem}; {costs.fallback.source}")
-        return costs.fallback
+        return costs.fallback, None
     # A sweep here stands for the run's own machine only for a run ddpprof recorded on one node
     # with a backend it can launch.
     local = recorded_here and backend in ("gloo", "nccl")
@@ -92,7 +105,7 @@ def cost_model(run_path: Path, model: TraceModel, world: int, backend: str | Non
         raise UsageError(f"no cost model: {problem}, and no calibration.json beside the run"
                          f"{why}; run ddpprof calibrate where it ran, or give --latency-us and "
                          "--bandwidth-gbps")
-    return _sweep(folder, model, world, backend, problem, notes, costs.on_note)
+    return _sweep(folder, gradient_bytes, world, backend, problem, notes, costs.on_note)
 
 
 def _same_backend(calibrated: str | None, run: str | None) -> bool:
@@ -108,15 +121,14 @@ def _check_calibration(calibration, path: Path, world: int, backend: str | None,
         notes.append(f"{path}: measured with {calibration.backend}, the run used {backend}")
 
 
-def _sweep(folder: Path, model: TraceModel, world: int, backend: str | None, problem: str,
-           notes: list[str], on_note) -> CostModel:
+def _sweep(folder: Path, gradient_bytes: int, world: int, backend: str | None, problem: str,
+           notes: list[str], on_note) -> tuple[CostModel, Calibration]:
     """No cost model to be had: measure all-reduce here, with the run's backend and world size
     (2 for a single-process run), from 4 KiB to the run's gradient bytes (a power of two)."""
     from ..calibrate import CALIBRATION_NAME, Sweep, calibrate, sweep_sizes
 
     ranks = max(world, 2)
-    total = max(sum(size for _, size in model.programs[0].grads), 64 * 1024)
-    largest = 1 << int(np.ceil(np.log2(total)))
+    largest = 1 << int(np.ceil(np.log2(max(gradient_bytes, 64 * 1024))))
     message = (f"{problem}, and no calibration.json beside the run: measuring all-reduce on "
                f"this machine ({backend or 'gloo'}, {ranks} ranks, 4 KiB to {largest:,} bytes) "
                f"into {folder / CALIBRATION_NAME}")
@@ -125,35 +137,6 @@ def _sweep(folder: Path, model: TraceModel, world: int, backend: str | None, pro
     notes.append("cost model: " + message)
     sweep = Sweep(backend=backend or "gloo", nproc=ranks,
                   sizes_bytes=sweep_sizes(4096, largest), warmup_iters=3, iters=10)
-    return calibrate(sweep, folder, quiet=True).cost_model(
-        f"calibration {folder / CALIBRATION_NAME} (measured now)")
-
-
-def contention_factors(model: TraceModel, cost: CostModel, world: int, backend: str | None,
-                notes: list[str]) -> tuple[Contention, list[Contention]]:
-    """ρₐ and ρₒ of the run's collectives against ``cost`` (σ from ``model``): over all of
-    them, and for each step from its own, since the load on a shared machine changes from step
-    to step (a factor a step's calls cannot tell is the run's)."""
-    base = model.contention
-
-    def factors(calls) -> tuple[float | None, float | None]:
-        calls = [c for c in calls if c.size_bytes and c.end_us > c.start_us]
-        if not calls or world < 2:
-            return None, None
-        return comm_slowdowns(
-            np.array([cost.time_us(c.size_bytes, world, c.kind, backend) for c in calls]),
-            np.array([c.end_us - c.start_us for c in calls]),
-            np.array([c.overlap for c in calls]))
-
-    alone, beside = factors(model.collectives)
-    if (alone is None) != (beside is None):
-        notes.append(f"collectives: all ran {'alone' if beside is None else 'beside compute'}, "
-                     "so the other factor is taken to be the same")
-    alone, beside = alone or beside or 1.0, beside or alone or 1.0
-    run = Contention(base.compute_slowdown, alone, beside)
-    steps = []
-    for program in model.programs:
-        step_alone, step_beside = factors(p.collective for p in program.collectives)
-        steps.append(Contention(base.compute_slowdown, step_alone or alone,
-                                step_beside or beside))
-    return run, steps
+    calibration = calibrate(sweep, folder, quiet=True)
+    return calibration.cost_model(
+        f"calibration {folder / CALIBRATION_NAME} (measured now)"), calibration

@@ -125,6 +125,14 @@ MATMUL_OPS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 
 GEMM = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear)$|gemm|cutlass|xmma|wgmma",
                   re.IGNORECASE)
 WORK_CLASSES: dict[str, re.Pattern[str]] = {"gemm": GEMM, "compute": re.compile(r"")}
+
+
+def work_class(name: str) -> str:
+    """The overlap tax's class of a compute op or kernel (``metrics.tax.WORK_CLASSES``):
+    ``gemm`` (:data:`WORK_CLASSES`' matrix products), else ``other``."""
+    return "gemm" if GEMM.search(name) else "other"
+
+
 #: Categories of compute (kernels on a GPU, host ops on a CPU run) for the step-time
 #: attribution of ``ddpprof diff``: the first whose pattern is found in the name. Convolutions
 #: and embeddings come before GEMM (cuDNN's implicit-GEMM kernels are convolutions, FBGEMM's

@@ -2,7 +2,7 @@
 
 The registry below is the one place that knows a variant's properties (whether it has buckets,
 whether its sync blocks, what it shards, whether it splits layers over a tensor-parallel group,
-how the simulator replays it); ``record``, ``bench``, ``sweep``, ``simulate``, the findings and
+how it syncs its gradients); ``record``, ``bench``, ``sweep``, ``simulate``, the findings and
 the help text all ask it. It names every variant without importing it: the analysis side
 (``analyze``, ``gate``, ``simulate``, ``memory``) and option validation need the names, and must
 not pay for importing torch. :func:`variant_class` imports a variant's module when a rank
@@ -24,14 +24,15 @@ if TYPE_CHECKING:
 #: The bucket cap, in MiB, of a bucketed variant when none is given (PyTorch DDP's default).
 DEFAULT_BUCKET_CAP_MIB = 25.0
 
-#: How ``ddpprof simulate`` replays a variant's gradient sync (``ddpprof.simulate.replay``):
-#: ``blocking`` one blocking collective per gradient after backward, ``hook`` one blocking
-#: collective per gradient as it becomes ready, ``async`` one async collective per gradient as
-#: it becomes ready, ``bucketed`` buckets launched as they fill, ``sharded`` that with one
-#: all-gather per bucket after the optimizer, ``recorded`` the trace's own collectives where
-#: they were launched; ``none`` no replay: its collectives go over several process groups (a
-#: tensor-parallel mesh's), and the replay models one, so ``simulate`` refuses its runs.
-ReplayPolicy = Literal["blocking", "hook", "async", "bucketed", "sharded", "recorded", "none"]
+#: How a variant syncs its gradients: ``blocking`` one blocking collective per gradient after
+#: backward, ``hook`` one blocking collective per gradient as it becomes ready, ``async`` one
+#: async collective per gradient as it becomes ready, waited on after backward, ``buckets``
+#: one async collective per bucket as it fills, ``sharded_buckets`` that and one all-gather
+#: per bucket after the optimizer step, ``fsdp`` FSDP's own per unit, ``none`` nothing.
+#: ``ddpprof simulate`` re-buckets the collectives of ``buckets`` and ``sharded_buckets`` at
+#: another cap (``ddpprof.graph.edit``); ``bench`` times the sync of ``blocking`` ones.
+GradientSync = Literal["blocking", "hook", "async", "buckets", "sharded_buckets", "fsdp",
+                       "none"]
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,8 @@ class VariantInfo:
     #: What each rank holds a 1/N shard of: 0 nothing (DDP), 1 optimizer state, 2 and
     #: gradients, 3 and parameters (ZeRO's stages).
     zero_stage: int = 0
-    #: How the simulator replays its gradient sync; a variant it has no model of replays its
-    #: own recorded collectives.
-    replay: ReplayPolicy = "recorded"
+    #: How it syncs its gradients (see :data:`GradientSync`).
+    gradient_sync: GradientSync = "none"
     #: The collective its gradient sync launches (what a bucket is reduced by), if distributed.
     gradient_collective: str = "all_reduce"
     #: One line for ``record --help`` and ``ddpprof variants``.
@@ -70,7 +70,7 @@ class VariantInfo:
         """Whether all its gradient communication happens, blocking, in
         ``finish_gradient_sync`` after backward (so the sync's time is its communication
         time, which ``bench`` reports)."""
-        return self.replay == "blocking"
+        return self.gradient_sync == "blocking"
 
     @property
     def tensor_parallel(self) -> bool:
@@ -82,33 +82,35 @@ class VariantInfo:
 VARIANTS: dict[str, VariantInfo] = {info.name: info for info in (
     VariantInfo("single", "single", "Single", distributed=False,
                 description="one process, no process group: the baseline"),
-    VariantInfo("simple_ddp", "simple_ddp", "SimpleDDP", replay="blocking",
+    VariantInfo("simple_ddp", "simple_ddp", "SimpleDDP", gradient_sync="blocking",
                 description="after backward, a blocking all-reduce per parameter: no overlap"),
     VariantInfo("simple_ddp_ga", "simple_ddp_ga", "SimpleDDPGA", default_grad_accum=2,
-                replay="blocking",
+                gradient_sync="blocking",
                 description="simple_ddp accumulating gradients over 2 micro-steps by default"),
-    VariantInfo("simple_ddp_hook", "simple_ddp_hook", "SimpleDDPHook", replay="hook",
+    VariantInfo("simple_ddp_hook", "simple_ddp_hook", "SimpleDDPHook", gradient_sync="hook",
                 description="a blocking all-reduce per parameter from its hook, in backward"),
-    VariantInfo("simple_ddp_async", "simple_ddp_async", "SimpleDDPAsync", replay="async",
+    VariantInfo("simple_ddp_async", "simple_ddp_async", "SimpleDDPAsync",
+                gradient_sync="async",
                 description="an async all-reduce per parameter from its hook"),
     VariantInfo("bucket_ddp_async", "bucket_ddp_async", "BucketDDPAsync", bucketed=True,
-                replay="bucketed",
+                gradient_sync="buckets",
                 description="gradients in buckets, one async all-reduce per bucket"),
     VariantInfo("pytorch_ddp", "pytorch_ddp", "PyTorchDDP", bucketed=True, ddp_options=True,
-                replay="bucketed", description="torch.nn.parallel.DistributedDataParallel"),
-    VariantInfo("zero1", "zero1", "Zero1", bucketed=True, zero_stage=1, replay="sharded",
-                gradient_collective="reduce_scatter",
+                gradient_sync="buckets", description="torch.nn.parallel.DistributedDataParallel"),
+    VariantInfo("zero1", "zero1", "Zero1", bucketed=True, zero_stage=1,
+                gradient_sync="sharded_buckets", gradient_collective="reduce_scatter",
                 description="ZeRO-1: bucketed reduce-scatter, optimizer state sharded"),
-    VariantInfo("zero2", "zero2", "Zero2", bucketed=True, zero_stage=2, replay="sharded",
-                gradient_collective="reduce_scatter",
+    VariantInfo("zero2", "zero2", "Zero2", bucketed=True, zero_stage=2,
+                gradient_sync="sharded_buckets", gradient_collective="reduce_scatter",
                 description="ZeRO-2: zero1, and each rank keeps only its gradient shard"),
     VariantInfo("pytorch_zero1", "pytorch_zero1", "PyTorchZero1", bucketed=True,
-                ddp_options=True, zero_stage=1, replay="bucketed",
+                ddp_options=True, zero_stage=1, gradient_sync="buckets",
                 description="PyTorch's ZeroRedundancyOptimizer over pytorch_ddp"),
     VariantInfo("fsdp", "fsdp", "FSDP", zero_stage=3, gradient_collective="reduce_scatter",
+                gradient_sync="fsdp",
                 description="ZeRO-3 through FSDP2 (fully_shard): everything sharded"),
-    VariantInfo("fsdp_tp", "fsdp_tp", "FSDPTP", zero_stage=3, default_tp=2, replay="none",
-                gradient_collective="reduce_scatter",
+    VariantInfo("fsdp_tp", "fsdp_tp", "FSDPTP", zero_stage=3, default_tp=2,
+                gradient_collective="reduce_scatter", gradient_sync="fsdp",
                 description="a dp x tp mesh: FSDP2 over dp, layers split over --tp ranks"),
 )}
 VARIANT_NAMES: tuple[str, ...] = tuple(VARIANTS)
@@ -147,5 +149,5 @@ def make_variant(name: str, module: nn.Module, *,
 
 
 __all__ = ["BUCKETED_VARIANT_NAMES", "DEFAULT_BUCKET_CAP_MIB", "VARIANTS", "VARIANTS_IN_ALL",
-           "VARIANT_NAMES", "ReplayPolicy", "VariantInfo", "make_variant", "variant_class",
+           "VARIANT_NAMES", "GradientSync", "VariantInfo", "make_variant", "variant_class",
            "variant_info"]

@@ -1,0 +1,395 @@
+"""The overlap tax: how much compute slows while a collective runs beside it, and how much a
+collective slows while compute runs beside it. Pure numpy; defined in ``docs/metrics.md``.
+
+Both compare *the same work* alone and overlapped, over a run's analyzed steps and ranks:
+
+* **Compute tax** τ_c of a work class (``classify.work_class``: ``gemm``, ``other``): the
+  same op is the same (rank, thread or stream, name, k-th of that name on that lane in its
+  step), at least :data:`MIN_WORK_US` long. For each occurrence, d its duration and f the share
+  of it during which a collective of its rank was *transferring* (from when the last member of
+  its group arrived to its end: ``metrics.waits``' transfer; before that the collective only
+  waits). With a's and b's fixed effects for the op and for the (rank, step) it ran in (the
+  machine's load changes from step to step),
+  ``log d = a(op) + b(rank, step) + γ · f``, fitted by least squares over the ops seen both
+  mostly alone (f < ½) and mostly overlapped (f ≥ ½); ``τ_c = e^γ − 1``: an op overlapped from
+  start to end takes ``1 + τ_c`` times as long as alone.
+* **Communication tax** τ_m: the same with collectives for ops, identified by (rank, kind,
+  bytes), d the transfer's duration and f the share of it during which its rank computed
+  (``analyze``'s compute lane). ``1 − 1/(1 + τ_m)`` is the bandwidth lost beside compute.
+
+Per collective size, the compute tax takes one γ per size class of the collective beside the
+op (regressors: the share of the op beside collectives of that class) and the communication
+tax is fitted per size class of the collective. Each tax comes with a 95% interval: the 2.5th
+and 97.5th percentiles over :data:`BOOTSTRAP` refits on (rank, step) clusters drawn with
+replacement (a fixed seed: the same trace gives the same interval).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from ..errors import UsageError
+from ..units import KIB, MIB
+from . import intervals as iv
+from .comm import CollectiveCalls
+from .cost import fit_cost, traffic_bytes
+
+#: Work classes of the compute tax, in ``classify.work_class``'s order.
+WORK_CLASSES = ("gemm", "other")
+ALL = "all"
+#: Collective size classes: upper edges in bytes, and their labels.
+SIZE_EDGES = (64 * KIB, 1 * MIB, 16 * MIB)
+SIZE_LABELS = ("< 64 KiB", "64 KiB - 1 MiB", "1 - 16 MiB", ">= 16 MiB")
+#: Ops and transfers shorter than this (µs) are left out: timer and scheduling noise.
+MIN_WORK_US = 50.0
+#: An occurrence is mostly overlapped at this share or more, else mostly alone.
+OVERLAPPED = 0.5
+BOOTSTRAP = 200
+SEED = 0
+#: Ops that ran only alone (or only overlapped) still tell each step's load: this many of the
+#: longest are kept beside those that tell the tax.
+REFERENCE_KEYS = 200
+
+
+def size_class(size_bytes: np.ndarray) -> np.ndarray:
+    """Index into :data:`SIZE_LABELS` of each size (unknown sizes, NaN, in the smallest)."""
+    return np.searchsorted(np.array(SIZE_EDGES, dtype=np.float64),
+                           np.nan_to_num(size_bytes, nan=0.0), side="right")
+
+
+@dataclass(frozen=True)
+class OpSamples:
+    """One rank's compute ops, in one step each (arrays of equal length)."""
+
+    key: np.ndarray          # int64: equal for the same op in every step (see the module)
+    work_class: np.ndarray   # int64 index into WORK_CLASSES
+    step: np.ndarray         # int64 position of its analyzed step
+    start_us: np.ndarray
+    end_us: np.ndarray
+
+
+@dataclass(frozen=True)
+class RankTaxSamples:
+    """What one rank's trace gives the tax: its compute ops, its compute lane (for the
+    collectives' share beside compute) and each collective call's analyzed step (the calls are
+    the rank's ``CollectiveCalls``)."""
+
+    ops: OpSamples
+    compute: iv.Intervals
+    call_step: np.ndarray    # int64, per call of the rank's CollectiveCalls; -1 outside steps
+
+
+class TaxRow(msgspec.Struct, frozen=True):
+    """One tax: ``side`` ``compute`` (ops beside a collective) or ``communication``
+    (collectives beside compute), for a work class and a collective size class (``all``:
+    pooled)."""
+
+    side: str
+    work_class: str
+    size: str
+    tax_pct: float | None        # 100 τ: % longer when overlapped from start to end
+    low_pct: float | None        # 95% bootstrap interval
+    high_pct: float | None
+    keys: int                    # ops (or collectives) seen both mostly alone and overlapped
+    alone: int                   # their occurrences mostly alone ...
+    overlapped: int              # ... and mostly overlapped
+
+
+class OverlapTax(msgspec.Struct, frozen=True):
+    rows: list[TaxRow]
+
+    def row(self, side: str, work_class: str = ALL, size: str = ALL) -> TaxRow | None:
+        return next((r for r in self.rows if (r.side, r.work_class, r.size) ==
+                     (side, work_class, size)), None)
+
+    def pct(self, side: str, work_class: str = ALL) -> float | None:
+        row = self.row(side, work_class)
+        return row.tax_pct if row is not None else None
+
+    def describe(self) -> str:
+        """``compute +22% (0 to 41), communication +332% (254 to 474)``: the pooled taxes and
+        their 95% intervals."""
+        parts = []
+        for side in ("compute", "communication"):
+            row = self.row(side)
+            if row is None or row.tax_pct is None:
+                parts.append(f"{side} n/a")
+            elif row.low_pct is None or row.high_pct is None:
+                parts.append(f"{side} {row.tax_pct:+.0f}% (no interval)")
+            else:
+                parts.append(f"{side} {row.tax_pct:+.0f}% ({row.low_pct:.0f} to "
+                             f"{row.high_pct:.0f})")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class _Samples:
+    """Occurrences ready to fit: log duration, identity, cluster, and shares (columns)."""
+
+    log_duration: np.ndarray
+    key: np.ndarray
+    cluster: np.ndarray
+    shares: np.ndarray       # (n, columns)
+
+    def subset(self, keep: np.ndarray) -> _Samples:
+        return _Samples(self.log_duration[keep], self.key[keep], self.cluster[keep],
+                        self.shares[keep])
+
+
+def overlap_tax(ranks: list[tuple[RankTaxSamples, CollectiveCalls, np.ndarray]],
+                backend: str | None = None) -> OverlapTax:
+    """The overlap tax of a run from each rank's samples, collective calls, and the start of
+    each call's transfer (the last member's arrival: ``metrics.waits``)."""
+    op_parts, call_parts = [], []
+    for rank, (samples, calls, transfer_start) in enumerate(ranks):
+        size = np.array([np.nan if s is None else s for s in calls.size_bytes], dtype=float)
+        bins = size_class(size)
+        by_bin = [iv.union(transfer_start[bins == b], calls.end_us[bins == b])
+                  for b in range(len(SIZE_LABELS))]
+        ops = samples.ops
+        duration = ops.end_us - ops.start_us
+        keep = duration >= MIN_WORK_US
+        shares = np.stack([iv.covered(t, ops.start_us[keep], ops.end_us[keep])
+                           for t in by_bin], axis=1) / duration[keep, None]
+        op_parts.append((rank, ops.key[keep], ops.step[keep], ops.work_class[keep],
+                         np.log(duration[keep]), np.minimum(shares, 1.0)))
+        call_parts.append(_call_part(rank, samples, calls, transfer_start, size, bins, backend))
+    return OverlapTax(_compute_rows(op_parts) + _comm_rows(call_parts))
+
+
+def shared_time(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Each interval's length with the time it shared counted by how many shared it:
+    ``∫ dt / n(t)``, n(t) the intervals running at t (one rank's transfers sharing its
+    bandwidth: what each would have taken alone)."""
+    points = np.unique(np.concatenate([start, end]))
+    if points.size < 2:
+        return end - start
+    middle = (points[:-1] + points[1:]) / 2
+    running = (np.searchsorted(np.sort(start), middle, side="right")
+               - np.searchsorted(np.sort(end), middle, side="right"))
+    alone = np.concatenate([[0.0], np.cumsum(np.diff(points) / np.maximum(running, 1))])
+    return np.interp(end, points, alone) - np.interp(start, points, alone)
+
+
+def _call_part(rank: int, samples: RankTaxSamples, calls: CollectiveCalls,
+               transfer_start: np.ndarray, size: np.ndarray, bins: np.ndarray,
+               backend: str | None) -> tuple:
+    """One rank's collectives: each one's transfer as if alone on the rank's bandwidth, the
+    share of it beside compute, and the bytes it moved."""
+    transfer = shared_time(transfer_start, calls.end_us)
+    keep = (calls.end_us - transfer_start >= MIN_WORK_US) & (samples.call_step >= 0) & (
+        ~np.isnan(size)) & (transfer > 0)
+    beside = iv.covered(samples.compute, transfer_start[keep], calls.end_us[keep]) / (
+        calls.end_us[keep] - transfer_start[keep])
+    # (the bytes each rank moves; a one-rank trace's collectives as if on two)
+    traffic = np.array([traffic_bytes(kind, s, max(n or 2, 2), backend) for kind, s, n, k in
+                        zip(calls.kind, size, calls.group_size, keep, strict=True) if k],
+                       dtype=float)
+    return (rank, samples.call_step[keep], bins[keep], np.log(transfer[keep]),
+            np.minimum(beside, 1.0), traffic)
+
+
+def _joined(parts: list) -> tuple[np.ndarray, ...]:
+    """The ranks' parts as one set of arrays, keys and clusters made distinct per rank."""
+    if not parts:
+        nothing = np.empty(0, dtype=np.int64)
+        return nothing, nothing, nothing, np.empty(0), np.empty((0, len(SIZE_LABELS)))
+    rank = np.concatenate([np.full(len(p[4]), p[0], dtype=np.int64) for p in parts])
+    key = _ids(rank, np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]))
+    cluster = _ids(rank, np.concatenate([np.asarray(p[2], dtype=np.int64) for p in parts]))
+    group = np.concatenate([np.asarray(p[3], dtype=np.int64) for p in parts])
+    log_duration = np.concatenate([p[4] for p in parts])
+    shares = np.concatenate([p[5] for p in parts])
+    return key, cluster, group, log_duration, shares
+
+
+def _ids(rank: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """One id per distinct (rank, value) pair."""
+    if rank.size == 0:
+        return rank
+    return np.unique(np.stack([rank, value], axis=1), axis=0, return_inverse=True)[1].ravel()
+
+
+def _compute_rows(parts: list) -> list[TaxRow]:
+    key, cluster, work_class, log_duration, shares = _joined(parts)
+    everything = _Samples(log_duration, key, cluster, shares)
+    # the ops that tell each step's load, whatever their class; they tell no class's tax
+    chosen = _reference(everything, _varying(_pooled(everything)))
+    reference = _Samples(log_duration[chosen], key[chosen], cluster[chosen],
+                         np.zeros_like(shares[chosen]))
+    rows = []
+    for position, name in [(-1, ALL), *enumerate(WORK_CLASSES)]:
+        mine = work_class == position if position >= 0 else np.ones(key.size, dtype=bool)
+        samples = everything.subset(mine)
+        rows.append(_row("compute", name, ALL, _pooled(samples), 0, _pooled(reference)))
+        for size, label in enumerate(SIZE_LABELS):
+            if samples.shares[:, size].any():
+                rows.append(_row("compute", name, label, samples, size, reference))
+    return rows
+
+
+def _pooled(samples: _Samples) -> _Samples:
+    """The samples with one share: beside any collective."""
+    return _Samples(samples.log_duration, samples.key, samples.cluster,
+                    np.minimum(samples.shares.sum(axis=1, keepdims=True), 1.0))
+
+
+def _comm_rows(parts: list) -> list[TaxRow]:
+    """The communication tax: each collective's transfer against what the run's collectives
+    that ran mostly alone take for its traffic (their α–β fit, ``metrics.cost``; with one
+    size, in proportion to the bytes)."""
+    if not parts or not sum(len(p[1]) for p in parts):
+        return [TaxRow("communication", ALL, ALL, None, None, None, 0, 0, 0)]
+    rank = np.concatenate([np.full(len(p[1]), p[0], dtype=np.int64) for p in parts])
+    cluster = _ids(rank, np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]))
+    bins = np.concatenate([p[2] for p in parts])
+    log_time = np.concatenate([p[3] for p in parts])
+    beside = np.concatenate([p[4] for p in parts])
+    traffic = np.concatenate([p[5] for p in parts])
+    alone = beside < OVERLAPPED
+    expected = _alone_time(traffic, np.exp(log_time), alone)
+    if expected is None:
+        return [TaxRow("communication", ALL, ALL, None, None, None, 0, 0, int(beside.size))]
+    # one key for all: the alone curve stands for "the same size alone"
+    samples = _Samples(log_time - np.log(expected), np.zeros(beside.size, dtype=np.int64),
+                       cluster, beside[:, None])
+    rows = [_row("communication", ALL, ALL, samples, 0)]
+    for size, label in enumerate(SIZE_LABELS):
+        if (bins == size).any():
+            rows.append(_row("communication", ALL, label, samples.subset(bins == size), 0))
+    return rows
+
+
+def _alone_time(traffic: np.ndarray, time: np.ndarray, alone: np.ndarray
+                ) -> np.ndarray | None:
+    """What each traffic takes by the collectives that ran mostly alone: their α–β fit, else
+    (one size, or time not growing with it) their time per byte; None without any."""
+    if not alone.any():
+        return None
+    try:
+        model = fit_cost(traffic[alone], time[alone], "alone")
+        return model.alpha_us + traffic / model.beta_bytes_per_us
+    except UsageError:
+        return traffic * float(time[alone].sum() / traffic[alone].sum())
+
+
+def _row(side: str, work_class: str, size: str, samples: _Samples, column: int,
+         reference: _Samples | None = None) -> TaxRow:
+    """The tax of column ``column`` of ``samples.shares``, its interval and its support; the
+    load of each (rank, step) told by ``reference`` (by default the samples' own other
+    keys)."""
+    varying = _varying(samples)
+    total = np.minimum(samples.shares.sum(axis=1), 1.0)
+    keys = int(np.unique(samples.key[varying]).size)
+    alone = int((varying & (total < OVERLAPPED)).sum())
+    overlapped = int((varying & (total >= OVERLAPPED)).sum())
+    if reference is None:
+        reference = samples.subset(_reference(samples, varying))
+    told = samples.subset(varying)
+    fit = _Fit(_Samples(*(np.concatenate([a, b]) for a, b in zip(
+        (told.log_duration, told.key, told.cluster, told.shares),
+        (reference.log_duration, reference.key, reference.cluster, reference.shares),
+        strict=True))))
+    gamma = fit.gamma(np.ones(fit.key.size), column) if keys else None
+    if gamma is None:
+        return TaxRow(side, work_class, size, None, None, None, keys, alone, overlapped)
+    low, high = fit.interval(column)
+    return TaxRow(side, work_class, size, _pct(gamma), low, high, keys, alone, overlapped)
+
+
+def _pct(gamma: float) -> float:
+    return 100.0 * float(np.expm1(gamma))
+
+
+def _varying(samples: _Samples) -> np.ndarray:
+    """Which occurrences are of keys seen both mostly alone and mostly overlapped: those that
+    tell the tax."""
+    if samples.key.size == 0:
+        return np.zeros(0, dtype=bool)
+    total = np.minimum(samples.shares.sum(axis=1), 1.0)
+    ids, inverse = np.unique(samples.key, return_inverse=True)
+    alone = np.bincount(inverse, weights=total < OVERLAPPED, minlength=ids.size) > 0
+    beside = np.bincount(inverse, weights=total >= OVERLAPPED, minlength=ids.size) > 0
+    return (alone & beside)[inverse]
+
+
+def _reference(samples: _Samples, varying: np.ndarray) -> np.ndarray:
+    """The occurrences of the other keys that tell each (rank, step)'s load: the
+    :data:`REFERENCE_KEYS` longest keys seen in two steps or more."""
+    others = ~varying
+    if not others.any():
+        return others
+    pairs = np.unique(np.stack([samples.key[others], samples.cluster[others]], axis=1), axis=0)
+    keys, steps = np.unique(pairs[:, 0], return_counts=True)
+    candidates = keys[steps >= 2]
+    if not candidates.size:
+        return np.zeros(samples.key.size, dtype=bool)
+    mine = others & np.isin(samples.key, candidates)
+    ids, inverse = np.unique(samples.key[mine], return_inverse=True)
+    length = np.bincount(inverse, weights=samples.log_duration[mine]) / np.bincount(inverse)
+    chosen = ids[np.argsort(-length, kind="stable")[:REFERENCE_KEYS]]
+    return mine & np.isin(samples.key, chosen)
+
+
+class _Fit:
+    """``log d = a(key) + b(cluster) + Σ γ_j f_j``, by weighted least squares with the key
+    effects taken out by demeaning within keys. The cluster bootstrap refits with each
+    cluster weighted by how often it was drawn (the same fit as on the drawn copies)."""
+
+    def __init__(self, samples: _Samples) -> None:
+        self.samples = samples
+        _, self.key = np.unique(samples.key, return_inverse=True)
+        _, self.cluster = np.unique(samples.cluster, return_inverse=True)
+        self.key, self.cluster = self.key.ravel(), self.cluster.ravel()
+        self.keys = int(self.key.max()) + 1 if self.key.size else 0
+        self.clusters = int(self.cluster.max()) + 1 if self.cluster.size else 0
+        self.onehot = np.zeros((self.cluster.size, self.clusters))
+        self.onehot[np.arange(self.cluster.size), self.cluster] = 1.0
+
+    def _demeaned(self, values: np.ndarray, weight: np.ndarray, total: np.ndarray
+                  ) -> np.ndarray:
+        means = np.bincount(self.key, weights=weight * values, minlength=self.keys)
+        return values - (means / np.where(total > 0, total, 1.0))[self.key]
+
+    def gamma(self, weight: np.ndarray, column: int) -> float | None:
+        """γ of ``column``; None when that column does not vary within any key."""
+        if self.key.size < 2:
+            return None
+        total = np.bincount(self.key, weights=weight, minlength=self.keys)
+        shares = np.stack([self._demeaned(self.samples.shares[:, j], weight, total)
+                           for j in range(self.samples.shares.shape[1])], axis=1)
+        if not np.any((np.abs(shares[:, column]) > 1e-9) & (weight > 0)):
+            return None
+        per_cluster = np.bincount(self.key * self.clusters + self.cluster, weights=weight,
+                                  minlength=self.keys * self.clusters).reshape(
+            self.keys, self.clusters) / np.where(total > 0, total, 1.0)[:, None]
+        root = np.sqrt(weight)[:, None]
+        design = np.concatenate([shares, self.onehot - per_cluster[self.key]], axis=1) * root
+        # γ is told only by what of its column the other columns (the loads) do not explain
+        others = np.delete(design, column, axis=1)
+        explained, *_ = np.linalg.lstsq(others, design[:, column], rcond=None)
+        left = design[:, column] - others @ explained
+        if np.linalg.norm(left) <= 1e-9 * max(np.linalg.norm(design[:, column]), 1e-300):
+            return None
+        target = self._demeaned(self.samples.log_duration, weight, total) * root[:, 0]
+        solution, *_ = np.linalg.lstsq(design, target, rcond=None)
+        return float(solution[column])
+
+    def interval(self, column: int) -> tuple[float | None, float | None]:
+        """The 95% percentile interval of the tax over :data:`BOOTSTRAP` refits (None with
+        one cluster, or when fewer than half of the refits can estimate it)."""
+        if self.clusters < 2:
+            return None, None
+        rng = np.random.default_rng(SEED)
+        draws = rng.multinomial(self.clusters, np.full(self.clusters, 1 / self.clusters),
+                                size=BOOTSTRAP)
+        taxes = [_pct(g) for drawn in draws
+                 if (g := self.gamma(drawn[self.cluster].astype(np.float64), column))
+                 is not None]
+        if len(taxes) < BOOTSTRAP / 2:
+            return None, None
+        low, high = np.percentile(taxes, [2.5, 97.5])
+        return float(low), float(high)
