@@ -58,5 +58,7 @@ def all_variants(tmp_path_factory):
     out = tmp_path_factory.mktemp("traces")
     result = run_ddpprof("record", "--variant", "all", "--model", "mlp-small", "--nproc", "2",
                          "--global-batch", "64", "--bucket-cap-mb", "1", *SCHEDULE,
-                         "--out", str(out), "--json", str(out / "summary.json"), "--markdown", "-")
+                         "--out", str(out), "--json", str(out / "summary.json"), "--markdown", "-",
+                         # eleven launches; a safety net for a hang, not a measure of speed
+                         timeout=1200)
     return out, result
