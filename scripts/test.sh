@@ -16,4 +16,6 @@ fi
 site="$(mktemp -d)"
 trap 'rm -rf "$site"' EXIT
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site"
-.venv/bin/python -m pytest "$@"
+# Two workers: much of the suite waits on processes (torchrun, pip, a browser), not the CPU;
+# tests sharing a recording run on one worker (tests/conftest.py).
+.venv/bin/python -m pytest -n 2 --dist loadgroup "$@"

@@ -23,6 +23,31 @@ def ddpprof_cli():
     return run_ddpprof
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``, as scripts/test.sh runs it), the tests that
+    share one of our fixtures wider than a test run on one worker, so that the fixture (a
+    recording, a cluster, an S3 server) is made once, not once per worker."""
+    tests = REPO / "tests"
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        group = None
+        for name in info.names_closure:
+            definitions = info.name2fixturedefs.get(name)
+            if not definitions or definitions[-1].scope not in ("session", "module"):
+                continue
+            source = Path(definitions[-1].func.__code__.co_filename)
+            if tests not in source.parents:
+                continue            # pytest's own (tmp_path_factory...): cheap, shared
+            if definitions[-1].scope == "session":
+                group = name
+                break
+            group = group or item.module.__name__
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 SCHEDULE = ["--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2"]
 
 
@@ -33,5 +58,7 @@ def all_variants(tmp_path_factory):
     out = tmp_path_factory.mktemp("traces")
     result = run_ddpprof("record", "--variant", "all", "--model", "mlp-small", "--nproc", "2",
                          "--global-batch", "64", "--bucket-cap-mb", "1", *SCHEDULE,
-                         "--out", str(out), "--json", str(out / "summary.json"), "--markdown", "-")
+                         "--out", str(out), "--json", str(out / "summary.json"), "--markdown", "-",
+                         # eleven launches; a safety net for a hang, not a measure of speed
+                         timeout=1200)
     return out, result
