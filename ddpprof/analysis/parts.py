@@ -29,7 +29,7 @@ runs then (work of the same rank shared equally where several run at once):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,7 +154,7 @@ def _share(trace: RankTrace, windows: tuple[np.ndarray, np.ndarray], pieces: lis
            shape_table: Sequence[str] = ("",)) -> RankParts:
     """Partition the windows among the pieces, and add the shares up by part and step and by
     named item (part, name, shape)."""
-    def column(get, fill: int) -> np.ndarray:
+    def column(get: Callable[[_Pieces], np.ndarray | None], fill: int) -> np.ndarray:
         return np.concatenate([get(p) if get(p) is not None else np.full(p.start.size, fill)
                                for p in pieces]).astype(np.int64)
 
@@ -233,7 +233,7 @@ def device_parts(trace: RankTrace, stream: np.ndarray, start: np.ndarray, end: n
     return _share(trace, windows, pieces, parts, call_part, step_names)
 
 
-def _host_spans(trace: RankTrace, stream: np.ndarray, predicate
+def _host_spans(trace: RankTrace, stream: np.ndarray, predicate: Callable[[str], bool]
                 ) -> tuple[np.ndarray, np.ndarray]:
     mine = (stream < 0) & classify.per_name(trace, predicate)
     return trace.start_us[mine], trace.end_us[mine]
