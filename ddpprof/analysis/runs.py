@@ -242,7 +242,8 @@ def _with_recorded_params(timeline: BucketTimeline | None, manifest: RunManifest
 
 
 def analyze_run(run: RunInput, options: AnalysisOptions = DEFAULT_OPTIONS,
-                executor: Executor | None = None, on_rank: Progress | None = None) -> list[RunResult]:
+                executor: Executor | None = None, on_rank: Progress | None = None
+                ) -> list[RunResult]:
     """Every rank of ``run`` analyzed; a folder of rankless traces makes several runs."""
     if executor is None:
         with executor_for(options.scheduler, options.jobs) as own:

@@ -125,7 +125,8 @@ class AnalyzedPaths:
     def told(self, findings: list[Finding]) -> list[Finding]:
         return with_critical_path(findings, self.steps)
 
-    def add_to(self, document: dict[str, Any], tables: list[Table], sections: list[Section]) -> None:
+    def add_to(self, document: dict[str, Any], tables: list[Table], sections: list[Section]
+               ) -> None:
         from ..report import critical_path as report
 
         document["critical_path"] = {"steps": msgspec.to_builtins(self.steps),
