@@ -28,6 +28,7 @@ batch (N₀/N); the optimizer does not, except under ZeRO, where each rank steps
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..analysis.options import LastStep
@@ -63,8 +64,9 @@ def registration_positions(grads: list[int], recorded: list[BucketRecord] | None
         return fallback, None, ("registration order: run.json names no buckets, so it is "
                                 "taken as the reverse of the order gradients became ready")
     params = sorted(((index, size, dtype) for b in recorded for index, size, dtype in zip(
-        b.param_index, b.param_bytes, b.param_dtypes or [None] * len(b.param_index),
-        strict=True)), reverse=True, key=lambda p: p[0])
+        b.param_index, b.param_bytes,
+        b.param_dtypes if b.param_dtypes else [None] * len(b.param_index), strict=True)),
+        reverse=True, key=lambda p: p[0])
     if sorted(size for _, size, _ in params) != sorted(grads):
         return fallback, None, ("registration order: the trace's gradients do not match "
                                 "run.json's parameters by size, so it is taken as the reverse "
@@ -81,7 +83,8 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
                  bandwidth_gbps: float | None = None, latency_us: float | None = None,
                  measured_file: Path | None = None, calibration_file: Path | None = None,
                  ready_order: bool = False, keep_last_step: bool = False,
-                 allow_sweep: bool = True, on_note=None) -> Simulation:
+                 allow_sweep: bool = True, on_note: Callable[[str], None] | None = None
+                 ) -> Simulation:
     """``ddpprof simulate``: calibrate on ``run_path``'s rank 0 trace, over ``analyze``'s
     window (the last ProfilerStep dropped unless ``keep_last_step``), and predict its own
     configuration and every (world size, cap) combination (:func:`simulate`). ``allow_sweep``:
@@ -180,7 +183,8 @@ def simulate(run_path: Path, manifest: RunManifest, model: TraceModel, trace_nam
 
 
 def _configurations(info: VariantInfo | None, own_cap: float | None, caps: list[float],
-                    worlds: list[int], world: int, ready_order: bool):
+                    worlds: list[int], world: int, ready_order: bool
+                    ) -> Iterator[tuple[str, int, Policy, float | None, bool]]:
     """(label, world size, policy, cap, is the run's own) of every row: the run's own
     configuration at each world size (a variant that is not distributed: at its own only),
     then the what-if caps, replayed as the variant itself where it has buckets, else as

@@ -10,6 +10,7 @@ as an all-reduce of the whole input, so there it moves an all-reduce's traffic.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,7 +88,7 @@ class Contention:
     comm_overlapped: float = 1.0
 
 
-def compute_slowdown(keys: list, durations_us: np.ndarray, in_flight: np.ndarray,
+def compute_slowdown(keys: list[Hashable], durations_us: np.ndarray, in_flight: np.ndarray,
                      ) -> tuple[float | None, int]:
     """σ from ops seen both with and without a collective in flight: for each key (the same
     op: its name and shapes, or a matrix product's FLOPs) that ran at least once each way
@@ -95,7 +96,7 @@ def compute_slowdown(keys: list, durations_us: np.ndarray, in_flight: np.ndarray
     duration-weighted geometric mean of those ratios, and the number of keys it rests on.
     None without such a key."""
     logs, weights = [], []
-    by_key: dict = {}
+    by_key: dict[Hashable, tuple[list[float], list[float]]] = {}
     for key, duration, share in zip(keys, durations_us, in_flight, strict=True):
         if share >= 0.9:
             by_key.setdefault(key, ([], []))[1].append(duration)

@@ -167,7 +167,7 @@ def replay(program: StepProgram, policy: Policy, cost: CostModel, contention: Co
     lane = _Lane(cost, contention, world_size, backend)
     grads = [(t * scale, size) for t, size in program.grads]
     backward_us = program.backward_us * scale
-    fixed = {phase: [] for phase in ("pre", "backward", "sync", "post")}
+    fixed: dict[str, list[Job]] = {phase: [] for phase in ("pre", "backward", "sync", "post")}
     recorded = policy.name == "recorded"
     for placed in program.collectives:
         c = placed.collective
@@ -182,6 +182,8 @@ def replay(program: StepProgram, policy: Policy, cost: CostModel, contention: Co
         blocking = c.blocked >= 0.5 or not (recorded and sync_collective)
         at = placed.at_us * (post_scale if placed.phase == "post" else scale)
         fixed[placed.phase].append(Job(at, c.kind, c.size_bytes, blocking))
+    during: list[Job]
+    after: list[Job]
     if recorded:
         during, after = [], []
     else:

@@ -8,7 +8,7 @@ ddpprof recorded on one node, an all-reduce sweep on this machine, written besid
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .cost import Contention, CostModel, comm_slowdowns, fit_cost, traffic_bytes
-from .program import TraceModel
+from .program import Collective, TraceModel
 
 if TYPE_CHECKING:
     from ..calibrate import Calibration
@@ -38,7 +38,7 @@ class Costs:
 
 
 
-def given_calibration(path: Path | None):
+def given_calibration(path: Path | None) -> tuple[Path, Calibration] | None:
     """``--calibration FILE``, read and checked before anything else is."""
     if path is None:
         return None
@@ -71,7 +71,7 @@ def cost_model(run_path: Path, model: TraceModel, world: int, backend: str | Non
             return calibration.cost_model(f"calibration {candidate}")
     samples = [(traffic_bytes(c.kind, c.size_bytes, world, backend), c.end_us - c.start_us)
                for c in model.collectives if c.size_bytes and c.end_us > c.start_us]
-    problem = "the run has no collectives" if not samples else None
+    problem = "the run has no collectives"    # else returned, or why the fit failed
     if samples:
         try:
             return fit_cost(np.array([s for s, _ in samples], dtype=float),
@@ -99,7 +99,7 @@ def _same_backend(calibrated: str | None, run: str | None) -> bool:
     return calibrated is None or run is None or calibrated in run
 
 
-def _check_calibration(calibration, path: Path, world: int, backend: str | None,
+def _check_calibration(calibration: Calibration, path: Path, world: int, backend: str | None,
                        notes: list[str]) -> None:
     if calibration.world_size not in (None, world) and world > 1:
         notes.append(f"{path}: measured on {calibration.world_size} ranks, the run has {world}; "
@@ -109,7 +109,7 @@ def _check_calibration(calibration, path: Path, world: int, backend: str | None,
 
 
 def _sweep(folder: Path, model: TraceModel, world: int, backend: str | None, problem: str,
-           notes: list[str], on_note) -> CostModel:
+           notes: list[str], on_note: Callable[[str], None] | None) -> CostModel:
     """No cost model to be had: measure all-reduce here, with the run's backend and world size
     (2 for a single-process run), from 4 KiB to the run's gradient bytes (a power of two)."""
     from ..calibrate import CALIBRATION_NAME, Sweep, calibrate, sweep_sizes
@@ -136,14 +136,14 @@ def contention_factors(model: TraceModel, cost: CostModel, world: int, backend: 
     to step (a factor a step's calls cannot tell is the run's)."""
     base = model.contention
 
-    def factors(calls) -> tuple[float | None, float | None]:
-        calls = [c for c in calls if c.size_bytes and c.end_us > c.start_us]
-        if not calls or world < 2:
+    def factors(calls: Iterable[Collective]) -> tuple[float | None, float | None]:
+        sized = [(size, c) for c in calls if (size := c.size_bytes) and c.end_us > c.start_us]
+        if not sized or world < 2:
             return None, None
         return comm_slowdowns(
-            np.array([cost.time_us(c.size_bytes, world, c.kind, backend) for c in calls]),
-            np.array([c.end_us - c.start_us for c in calls]),
-            np.array([c.overlap for c in calls]))
+            np.array([cost.time_us(size, world, c.kind, backend) for size, c in sized]),
+            np.array([c.end_us - c.start_us for _, c in sized]),
+            np.array([c.overlap for _, c in sized]))
 
     alone, beside = factors(model.collectives)
     if (alone is None) != (beside is None):
