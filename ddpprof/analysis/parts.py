@@ -126,7 +126,7 @@ def _category_parts(trace: RankTrace, events: np.ndarray, parts: _Parts,
         part = np.where(in_optimizer, parts.of(PartKey("compute",
                                                        classify.OPTIMIZER_CATEGORY)), part)
     if in_loader is not None and in_loader.any():
-        part = np.where(in_loader, parts.of(PartKey("data loading")), part)
+        part = np.where(in_loader, parts.of(PartKey(classify.DATALOADER_CATEGORY)), part)
     return part
 
 
@@ -228,7 +228,8 @@ def device_parts(trace: RankTrace, stream: np.ndarray, start: np.ndarray, end: n
         _Pieces(start[compute], end[compute], COMPUTE, compute_part, compute),
         _Pieces(calls.start_us, calls.end_us, COMMUNICATION, call_part),
         _Pieces(start[other], end[other], DEVICE, other_part, other),
-        _Pieces(data[0], data[1], DATA, np.full(data[0].size, parts.of(PartKey("data loading")))),
+        _Pieces(data[0], data[1], DATA,
+                np.full(data[0].size, parts.of(PartKey(classify.DATALOADER_CATEGORY)))),
         _Pieces(host[0], host[1], HOST, np.full(host[0].size, parts.of(PartKey("host-bound"))))]
     return _share(trace, windows, pieces, parts, call_part, step_names)
 
