@@ -220,7 +220,8 @@ def tax_from(run_path: Path) -> TaxCalibration:
 
     analysis = analyze_paths([location_of(str(run_path))])
     if analysis.errors or analysis.unfinished or len(analysis.runs) != 1:
-        problem = (analysis.errors or analysis.unfinished or [None])[0]
+        problems = [*analysis.errors, *analysis.unfinished]
+        problem = problems[0] if problems else None
         raise UsageError(f"--tax-from {run_path}: " + (
             problem.error if problem else f"{len(analysis.runs)} runs found; give one"))
     run = analysis.runs[0]

@@ -27,7 +27,8 @@ class TraceError(UsageError):
         self.path = path if isinstance(path, Path) or "://" in path else Path(path)
         self.problem = problem
 
-    def __reduce__(self):  # so that it crosses from a worker process intact
+    def __reduce__(self) -> tuple[type[TraceError], tuple[Path | str, str]]:
+        # so that it crosses from a worker process intact
         return type(self), (self.path, self.problem)
 
 

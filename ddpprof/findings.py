@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .analysis.results import RankResult, RunResult
 from .analysis.rows import run_row
@@ -53,7 +54,7 @@ class Finding:
     estimated_gain_pct: float | None = None   # of step time, where it can be estimated
     impact_pct: float = 0.0                   # what it costs now, % of the step: for ranking
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"run": self.run, "code": self.code, "severity": self.severity,
                 "message": self.message,
                 "evidence": {e.name: e.value for e in self.evidence},
@@ -196,10 +197,11 @@ def straggler(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     if run.slowest_rank is not None:
         slow = next(r for r in run.ranks if r.rank == run.slowest_rank)
         caused_total = sum(r.wait.caused_wait_us for r in run.ranks if r.wait)
-        others = [r for r in run.ranks if r.rank != slow.rank and r.wait]
+        others = [(r.steps, r.wait) for r in run.ranks if r.rank != slow.rank and r.wait]
         if not others or not caused_total or not slow.wait:
             return None
-        waiting = statistics.fmean(r.wait.waiting_us / 1e3 / max(r.steps, 1) for r in others)
+        waiting = statistics.fmean(wait.waiting_us / 1e3 / max(steps, 1)
+                                   for steps, wait in others)
         step_ms = statistics.fmean(_step_ms(r) for r in run.ranks)
         share = waiting / step_ms if step_ms else 0.0
         dominance = slow.wait.caused_wait_us / caused_total

@@ -420,12 +420,11 @@ def evaluate(rules: list[Rule], current: list[GateRun], baseline: list[GateRun],
         for rule in rules:
             value = now.metric(rule.metric, "current")
             reference = before.metric(rule.metric, "baseline")
-            counts = {"baseline_repeats": before.repeats_used(rule.metric),
-                      "current_repeats": now.repeats_used(rule.metric)}
+            repeats = before.repeats_used(rule.metric), now.repeats_used(rule.metric)
             if value is None:
                 verdict = "n/a" if reference is None else "FAIL"
                 verdicts.append(Verdict(rule.text, now.name, reference, None, None, verdict,
-                                        **counts))
+                                        *repeats))
                 continue
             if rule.needs_baseline and reference is None:
                 raise UsageError(f"run {now.name!r}: {rule.metric} is n/a in the baseline "
@@ -437,7 +436,7 @@ def evaluate(rules: list[Rule], current: list[GateRun], baseline: list[GateRun],
                 "within noise" if margin and rule.holds(value, threshold, tolerance + margin)
                 else "FAIL")
             verdicts.append(Verdict(rule.text, now.name, reference, value, threshold, verdict,
-                                    margin=margin, noise=source, **counts))
+                                    *repeats, margin=margin, noise=source))
     return verdicts
 
 

@@ -244,7 +244,7 @@ def compare_run(path: Path) -> RunComparison:
         raise UsageError(f"{manifest_path}: the run is {manifest.status!r}, not complete")
     config = manifest.config
     variant = config.variant if config else None
-    if variant not in VARIANTS:
+    if config is None or variant not in VARIANTS:
         raise UsageError(f"{manifest_path}: unknown variant {variant!r}")
     estimate = recorded_estimate(manifest)
     if estimate is None:

@@ -20,18 +20,22 @@ import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
 from .units import GIB, KIB, MIB
 
 F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    ParamType = click.ParamType[Any]
+else:   # click before 8.2 has a ParamType that takes no type parameters at run time
+    ParamType = click.ParamType
 #: The bucket caps ``simulate`` predicts and ``sweep`` records unless told, in MiB.
 WHAT_IF_CAPS_MIB = "1,2,5,10,25,50,100"
 
 
-class FiniteFloat(click.ParamType):
+class FiniteFloat(ParamType):
     """A finite float in ``[min, max]``; ``min_open``/``max_open`` exclude the bound."""
 
     name = "number"
@@ -66,13 +70,13 @@ class FiniteFloat(click.ParamType):
         return f"FiniteFloat({self._range()})"
 
 
-class ListOf(click.ParamType):
+class ListOf(ParamType):
     """One value or a comma-separated list, each checked by ``item``. ``everything``: what
     ``all`` stands for (``--variant all``)."""
 
     name = "list"
 
-    def __init__(self, item: click.ParamType, everything: Sequence[str] | None = None) -> None:
+    def __init__(self, item: ParamType, everything: Sequence[str] | None = None) -> None:
         self.item, self.everything = item, everything
 
     def convert(self, value: Any, param: click.Parameter | None,
@@ -91,7 +95,7 @@ class ListOf(click.ParamType):
         return f"ListOf({self.item!r})"
 
 
-class RunName(click.ParamType):
+class RunName(ParamType):
     """One path component: a run folder's name under ``--out``. Not empty, no separator, not
     ``.`` or ``..``, not hidden (analyze skips folders whose name starts with a dot), and no
     control character (a newline in a name would break every table it is printed in)."""
@@ -113,7 +117,7 @@ class RunName(click.ParamType):
         return name
 
 
-class Endpoint(click.ParamType):
+class Endpoint(ParamType):
     """``HOST:PORT`` (``[v6-address]:PORT`` for IPv6), the port in 1-65535."""
 
     name = "host:port"
@@ -126,7 +130,7 @@ class Endpoint(click.ParamType):
         return str(value)
 
 
-class InjectDelay(click.ParamType):
+class InjectDelay(ParamType):
     """``RANK:MS``: a rank and a delay in milliseconds (finite, at least 0), kept as text."""
 
     name = "rank:ms"
@@ -144,7 +148,7 @@ class InjectDelay(click.ParamType):
         return f"{int(rank)}:{delay:g}"
 
 
-class ByteSize(click.ParamType):
+class ByteSize(ParamType):
     """A size in bytes, as nccl-tests writes them: ``4096``, ``4K``, ``256M``, ``1G`` (binary:
     K = 1024 bytes), at least ``min`` bytes."""
 
@@ -217,7 +221,7 @@ def check_run_name(name: str) -> str | None:
 
 # --- options shared by several commands -----------------------------------------------------
 
-def list_option(*decls: str, item: click.ParamType, help: str, default: str | None = None,
+def list_option(*decls: str, item: ParamType, help: str, default: str | None = None,
                 everything: Sequence[str] | None = None, sort: bool = False,
                 metavar: str = "X[,X...]", aliases: Sequence[str] = ()
                 ) -> Callable[[F], F]:

@@ -10,6 +10,9 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
         || echo "chromium could not be installed: the browser test will be skipped"
 fi
 .venv/bin/ruff check .
+# The type checker, configured in pyproject.toml ([tool.mypy]): a misspelt attribute, a dict
+# passed where a typed row is expected or an unchecked None fails here.
+.venv/bin/mypy
 # The documentation site: a broken link, a missing page or an option the CLI reference cannot
 # render fails here (the site goes to a temporary folder, removed on exit; not --quiet, which
 # hides the warnings that --strict counts).

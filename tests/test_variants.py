@@ -248,12 +248,12 @@ def test_buckets_launch_in_index_order_whatever_the_hook_order(tmp_path, monkeyp
                             world_size=1)
     try:
         model = BucketDDPAsync(build_model("mlp-tiny")[0], bucket_cap_mb=0.005)
-        assert len(model.buffers) >= 3
+        assert len(model.bucket_buffers) >= 3
         launched: list[int] = []
         real_all_reduce = dist.all_reduce
 
         def spy(tensor, *args, **kwargs):
-            launched.append(next(i for i, b in enumerate(model.buffers) if b is tensor))
+            launched.append(next(i for i, b in enumerate(model.bucket_buffers) if b is tensor))
             return real_all_reduce(tensor, *args, **kwargs)
 
         monkeypatch.setattr(dist, "all_reduce", spy)
@@ -266,9 +266,9 @@ def test_buckets_launch_in_index_order_whatever_the_hook_order(tmp_path, monkeyp
             model._on_grad_ready(p)
         assert launched == [], "a bucket launched before the buckets ahead of it were ready"
         model._on_grad_ready(last)
-        assert launched == list(range(len(model.buffers)))
+        assert launched == list(range(len(model.bucket_buffers)))
         model.finish_gradient_sync()
-        assert launched == list(range(len(model.buffers)))  # nothing launched twice
+        assert launched == list(range(len(model.bucket_buffers)))  # nothing launched twice
     finally:
         dist.destroy_process_group()
 

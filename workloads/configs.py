@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 MNIST_FEATURES = 784
 MNIST_CLASSES = 10
@@ -28,7 +29,7 @@ _SMOLLM2_COMMON = dict(
 )
 #: The published SmolLM2 architectures (HuggingFaceTB/SmolLM2-135M and -360M config.json), and
 #: a tiny one of the same shape for tests.
-SMOLLM2_CONFIGS: dict[str, dict] = {
+SMOLLM2_CONFIGS: dict[str, dict[str, Any]] = {
     "smollm2-135m": dict(_SMOLLM2_COMMON, vocab_size=49152, hidden_size=576,
                          intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                          num_key_value_heads=3, max_position_embeddings=8192),
@@ -48,7 +49,7 @@ def mlp_parameter_count(widths: list[int]) -> int:
     return sum((fan_in + 1) * fan_out for fan_in, fan_out in itertools.pairwise(widths))
 
 
-def llama_parameter_count(config: dict) -> int:
+def llama_parameter_count(config: dict[str, Any]) -> int:
     """Distinct parameters of transformers' ``LlamaForCausalLM`` with this config: the token
     embedding; per layer the q/k/v/o projections (k and v sized by the key-value heads), the
     gate/up/down projections, two RMSNorm weights, and the biases the config asks for; the final

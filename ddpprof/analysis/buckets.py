@@ -47,10 +47,12 @@ class BucketTimeline:
 def _match_gradients(grad_bytes: list[int], bucket_bytes: list[int | None]
                      ) -> list[list[int]] | None:
     """Indices of the gradients (ready order) in each bucket (launch order), or None."""
-    if not grad_bytes or any(b is None for b in bucket_bytes):
+    sizes = [b for b in bucket_bytes if b is not None]
+    if not grad_bytes or len(sizes) < len(bucket_bytes):
         return None
-    groups, start = [], 0
-    for size in bucket_bytes:
+    groups: list[list[int]] = []
+    start = 0
+    for size in sizes:
         total, end = 0, start
         while end < len(grad_bytes) and total < size:
             total += grad_bytes[end]
@@ -64,7 +66,7 @@ def _match_gradients(grad_bytes: list[int], bucket_bytes: list[int | None]
     # one gradient per all-reduce (the per-parameter variants reduce in registration order)
     unused = list(range(len(grad_bytes)))
     groups = []
-    for size in bucket_bytes:
+    for size in sizes:
         match = next((i for i in unused if grad_bytes[i] == size), None)
         if match is None:
             return None

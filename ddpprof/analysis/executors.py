@@ -218,8 +218,12 @@ class DaskExecutor:
         return results
 
 
+#: Where ranks are analyzed: local processes, or a Dask cluster.
+Executor = LocalExecutor | DaskExecutor
+
+
 @contextmanager
-def executor_for(scheduler: str | None, jobs: int | None) -> Iterator[Any]:
+def executor_for(scheduler: str | None, jobs: int | None) -> Iterator[Executor]:
     if not scheduler:
         yield LocalExecutor(jobs)
         return

@@ -4,12 +4,14 @@ steps an analysis covers (:class:`LastStep`), the one rule ``analyze``, ``simula
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
-Steps = TypeVar("Steps", bound=Sequence)
+import numpy as np
+
+#: A run's steps in the order they ran: step numbers or event indices (arrays), or records.
+Steps = TypeVar("Steps", np.ndarray, list[Any])
 
 
 #: The most steps whose graphs ``simulate`` and the bucket-cap advice replay: evenly spread

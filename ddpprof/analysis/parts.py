@@ -29,7 +29,7 @@ runs then (work of the same rank shared equally where several run at once):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,7 +126,7 @@ def _category_parts(trace: RankTrace, events: np.ndarray, parts: _Parts,
         part = np.where(in_optimizer, parts.of(PartKey("compute",
                                                        classify.OPTIMIZER_CATEGORY)), part)
     if in_loader is not None and in_loader.any():
-        part = np.where(in_loader, parts.of(PartKey("data loading")), part)
+        part = np.where(in_loader, parts.of(PartKey(classify.DATALOADER_CATEGORY)), part)
     return part
 
 
@@ -154,7 +154,7 @@ def _share(trace: RankTrace, windows: tuple[np.ndarray, np.ndarray], pieces: lis
            shape_table: Sequence[str] = ("",)) -> RankParts:
     """Partition the windows among the pieces, and add the shares up by part and step and by
     named item (part, name, shape)."""
-    def column(get, fill: int) -> np.ndarray:
+    def column(get: Callable[[_Pieces], np.ndarray | None], fill: int) -> np.ndarray:
         return np.concatenate([get(p) if get(p) is not None else np.full(p.start.size, fill)
                                for p in pieces]).astype(np.int64)
 
@@ -228,12 +228,13 @@ def device_parts(trace: RankTrace, stream: np.ndarray, start: np.ndarray, end: n
         _Pieces(start[compute], end[compute], COMPUTE, compute_part, compute),
         _Pieces(calls.start_us, calls.end_us, COMMUNICATION, call_part),
         _Pieces(start[other], end[other], DEVICE, other_part, other),
-        _Pieces(data[0], data[1], DATA, np.full(data[0].size, parts.of(PartKey("data loading")))),
+        _Pieces(data[0], data[1], DATA,
+                np.full(data[0].size, parts.of(PartKey(classify.DATALOADER_CATEGORY)))),
         _Pieces(host[0], host[1], HOST, np.full(host[0].size, parts.of(PartKey("host-bound"))))]
     return _share(trace, windows, pieces, parts, call_part, step_names)
 
 
-def _host_spans(trace: RankTrace, stream: np.ndarray, predicate
+def _host_spans(trace: RankTrace, stream: np.ndarray, predicate: Callable[[str], bool]
                 ) -> tuple[np.ndarray, np.ndarray]:
     mine = (stream < 0) & classify.per_name(trace, predicate)
     return trace.start_us[mine], trace.end_us[mine]

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..manifest import MemoryRow
 from ..metrics.comm import CollectiveStats
 from ..units import MIB
-from .results import Analysis, RankResult, RunProblem, RunResult
+from .results import Analysis, RankResult, RunProblem, RunResult, StepRow
+
+if TYPE_CHECKING:
+    from ..findings import Finding
 
 #: 3: ``step_ms`` and each run's ``profile`` (``ddpprof diff``'s parts); version 2 reads the
 #: same without them.
@@ -82,12 +85,12 @@ class RankMetrics:
     @classmethod
     def mean(cls, members: list[RankMetrics]) -> RankMetrics:
         """The mean of each metric over ``members``, skipping unknown (None) values."""
-        values = {f.name: _mean([getattr(m, f.name) for m in members])
+        values = {f.name: _mean_any([getattr(m, f.name) for m in members])
                   for f in fields(cls) if f.name != "collectives"}
         kinds = dict.fromkeys(k for m in members for k in m.collectives)
         collectives = {kind: CollectiveRow(**{
-            f.name: _mean([getattr(m.collectives[kind], f.name) for m in members
-                           if kind in m.collectives]) for f in fields(CollectiveRow)})
+            f.name: _mean_any([getattr(m.collectives[kind], f.name) for m in members
+                               if kind in m.collectives]) for f in fields(CollectiveRow)})
             for kind in kinds}
         return cls(**values, collectives=collectives)
 
@@ -193,6 +196,11 @@ def _mean(values: list[Any]) -> float | None:
     return statistics.fmean(numbers) if numbers else None
 
 
+def _mean_any(values: list[Any]) -> Any:
+    """:func:`_mean`, for a field typed float: never None there (every member has it)."""
+    return _mean(values)
+
+
 
 
 def ranges_text(ranges: list[tuple[int, int]]) -> str | None:
@@ -259,7 +267,8 @@ def _problem(problem: RunProblem) -> dict[str, Any]:
     return {"run": problem.run, "error": problem.error, "status": problem.status}
 
 
-def to_json_document(analysis: Analysis, findings: list | None = None) -> dict[str, Any]:
+def to_json_document(analysis: Analysis, findings: list[Finding] | None = None
+                     ) -> dict[str, Any]:
     """The stable ``--json`` schema (the gate's input); ``findings`` are
     ``ddpprof.findings.Finding``s."""
     from ..diff.profile import profile_json, run_profile
@@ -276,7 +285,7 @@ def to_json_document(analysis: Analysis, findings: list | None = None) -> dict[s
             "per_rank": [{**rank_row(r).to_dict(), "path": r.path,
                           "memory": msgspec.to_builtins(memory_of(run, r.rank)),
                           "collectives": _collectives_json(r),
-                          **({"per_step": [{"step": s.step, **breakdown_fields(s.breakdown)}
+                          **({"per_step": [StepShares.of(run.name, r.rank, s).step_json()
                                            for s in r.per_step]} if r.per_step else {})}
                          for r in run.ranks],
         })
@@ -286,16 +295,41 @@ def to_json_document(analysis: Analysis, findings: list | None = None) -> dict[s
             "errors": [_problem(p) for p in analysis.errors]}
 
 
-def breakdown_fields(b) -> dict[str, Any]:
-    return {"window_us": b.window_us, "compute_us": b.compute_us,
-            "non_compute_us": b.non_compute_us, "idle_us": b.idle_us, "comm_us": b.comm_us,
-            "exposed_comm_us": b.exposed_comm_us, "compute_pct": b.compute_pct,
-            "non_compute_pct": b.non_compute_pct, "idle_pct": b.idle_pct,
-            "overlap_pct": b.overlap_pct, "comm_overhead_pct": b.comm_overhead_pct}
+@dataclass(frozen=True)
+class StepShares:
+    """One rank's ProfilerStep (``--per-step``): its breakdown in µs and its shares."""
+
+    run: str
+    rank: int
+    step: str
+    window_us: float
+    compute_us: float
+    non_compute_us: float
+    idle_us: float
+    comm_us: float
+    exposed_comm_us: float
+    compute_pct: float
+    non_compute_pct: float
+    idle_pct: float
+    overlap_pct: float | None
+    comm_overhead_pct: float
+
+    @classmethod
+    def of(cls, run: str, rank: int, step: StepRow) -> StepShares:
+        b = step.breakdown
+        return cls(run=run, rank=rank, step=step.step, window_us=b.window_us,
+                   compute_us=b.compute_us, non_compute_us=b.non_compute_us, idle_us=b.idle_us,
+                   comm_us=b.comm_us, exposed_comm_us=b.exposed_comm_us,
+                   compute_pct=b.compute_pct, non_compute_pct=b.non_compute_pct,
+                   idle_pct=b.idle_pct, overlap_pct=b.overlap_pct,
+                   comm_overhead_pct=b.comm_overhead_pct)
+
+    def step_json(self) -> dict[str, Any]:
+        """The rank's ``per_step`` entry in the analyze JSON (without run and rank)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("run", "rank")}
 
 
-def step_rows(analysis: Analysis) -> list[dict[str, Any]]:
+def step_rows(analysis: Analysis) -> list[StepShares]:
     """``--per-step``: one row per run, rank and step."""
-    return [{"run": run.name, "rank": rank.rank, "step": s.step,
-             **breakdown_fields(s.breakdown)}
+    return [StepShares.of(run.name, rank.rank, s)
             for run in analysis.runs for rank in run.ranks for s in rank.per_step]

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import NotATrace, TraceError, UsageError
 from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
@@ -24,10 +25,13 @@ from ..trace.loader import load
 from ..trace.storage import Location
 from ..variants import VARIANT_NAMES
 from .buckets import BucketTimeline
-from .executors import Progress, executor_for
+from .executors import Executor, Progress, executor_for
 from .options import REPLAYED_STEPS, AnalysisOptions, LastStep
 from .rank import analyze_rank
 from .results import Analysis, RankResult, RunProblem, RunResult
+
+if TYPE_CHECKING:
+    import pandas
 
 DEFAULT_OPTIONS = AnalysisOptions()
 _TRACE_SUFFIX = re.compile(r"(\.pt\.trace)?\.json(\.gz)?$")
@@ -89,7 +93,7 @@ def _lost(path: Location, reason: str) -> _Outcome:
     return _Outcome(path, None, None, set(), None, TraceError(path, reason))
 
 
-def _map(executor, run: RunInput, options: AnalysisOptions,
+def _map(executor: Executor, run: RunInput, options: AnalysisOptions,
          on_rank: Progress | None = None) -> list[_Outcome]:
     """Every trace of ``run``, loaded and analyzed by ``executor`` (see ``executors``)."""
     return executor.map(_load_and_analyze, run.traces, options, len(run.traces) > 1,
@@ -239,7 +243,8 @@ def _with_recorded_params(timeline: BucketTimeline | None, manifest: RunManifest
 
 
 def analyze_run(run: RunInput, options: AnalysisOptions = DEFAULT_OPTIONS,
-                executor=None, on_rank: Progress | None = None) -> list[RunResult]:
+                executor: Executor | None = None, on_rank: Progress | None = None
+                ) -> list[RunResult]:
     """Every rank of ``run`` analyzed; a folder of rankless traces makes several runs."""
     if executor is None:
         with executor_for(options.scheduler, options.jobs) as own:
@@ -270,13 +275,14 @@ def _with_hta(run: RunInput, results: list[RankResult], keep_last_step: bool
               ) -> list[RankResult]:
     from ..hta_engine import hta_breakdowns, with_native_comm
 
-    if not all(isinstance(p, Path) for p in run.traces):
+    local = [p for p in run.traces if isinstance(p, Path)]
+    if len(local) < len(run.traces):
         raise TraceError(run.folder, "--engine hta reads local files only; use --engine native "
                                      "for URLs")
     if any(r.kind != "gpu" for r in results):
         raise TraceError(run.folder, "--engine hta needs GPU traces (HTA cannot analyze "
                                      "CPU-only ones); use --engine native")
-    by_rank = hta_breakdowns(run.traces, keep_last_step)
+    by_rank = hta_breakdowns(local, keep_last_step)
     return [replace(r, breakdown=with_native_comm(by_rank[r.rank], r.breakdown))
             for r in results]
 
@@ -293,7 +299,7 @@ def analyze_paths(paths: list[Location], options: AnalysisOptions = DEFAULT_OPTI
         return _analyze_found(found, options, executor, on_run, on_rank)
 
 
-def _analyze_found(found: list[RunInput], options: AnalysisOptions, executor,
+def _analyze_found(found: list[RunInput], options: AnalysisOptions, executor: Executor,
                    on_run: Callable[[int, int, RunInput], None] | None,
                    on_rank: Progress | None) -> Analysis:
     analysis = Analysis(runs=[], errors=[], unfinished=[])
@@ -356,7 +362,7 @@ def _natural_order(run: RunResult) -> int:
     return VARIANT_NAMES.index(variant) if variant in VARIANT_NAMES else len(VARIANT_NAMES)
 
 
-def analyze(path: str | Path, keep_last_step: bool = False):
+def analyze(path: str | Path, keep_last_step: bool = False) -> pandas.DataFrame:
     """One row per run (the ``ddpprof analyze`` table) as a pandas DataFrame, for a run
     folder, a folder of runs or a trace file. Raises :class:`ddpprof.errors.UsageError` if any
     run cannot be analyzed."""

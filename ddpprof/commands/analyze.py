@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import progress
 from ..analysis import AnalysisOptions, analyze_paths, to_json_document
@@ -14,6 +15,9 @@ from ..report import console
 from ..report.output import Output, Outputs
 from ..simulate.advice import cap_advice_for_runs
 from ..trace.storage import location_of, report_name
+
+if TYPE_CHECKING:
+    from .critical_path import AnalyzedPaths
 
 
 def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels: Sequence[str],
@@ -38,16 +42,16 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
     tables = [console.run_table(analysis, advice)]
     if options.per_step:
         tables.append(console.step_table(analysis))
-    paths = None
+    critical: AnalyzedPaths | None = None
     if critical_path:
         from .critical_path import AnalyzedPaths
 
-        paths = AnalyzedPaths.of(analysis)
-        advice = paths.told(advice)
+        critical = AnalyzedPaths.of(analysis)
+        advice = critical.told(advice)
     document = to_json_document(analysis, advice)
     sections = [*console.tax_section(analysis), *console.findings_section(advice)]
-    if paths is not None:
-        paths.add_to(document, tables, sections)
+    if critical is not None:
+        critical.add_to(document, tables, sections)
     errors = [error.error for error in analysis.errors]
     if not errors and analysis.unfinished and not analysis.runs:
         errors.append("no run finished recording")
@@ -56,7 +60,7 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
         from ..report.html import render_report
 
         return render_report(analysis, f"ddpprof: {page_name}", advice,
-                             paths.figures() if paths is not None else ())
+                             critical.figures() if critical is not None else ())
 
     return Output(document, tables if analysis.runs else [],
                   sections, notes=console.note_lines(analysis),

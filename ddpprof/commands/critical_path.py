@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -114,7 +115,7 @@ class AnalyzedPaths:
         """From an analysis made with ``AnalysisOptions.step_graphs``."""
         return cls(*critical_paths(analysis, []))
 
-    def figures(self) -> list:
+    def figures(self) -> list[Any]:   # plotly figures (plotly has no types)
         """Each run's first step drawn over its ranks' timelines (at most ``MAX_FIGURES``)."""
         from ..report.critical_path import path_figure
 
@@ -124,7 +125,8 @@ class AnalyzedPaths:
     def told(self, findings: list[Finding]) -> list[Finding]:
         return with_critical_path(findings, self.steps)
 
-    def add_to(self, document: dict, tables: list[Table], sections: list[Section]) -> None:
+    def add_to(self, document: dict[str, Any], tables: list[Table], sections: list[Section]
+               ) -> None:
         from ..report import critical_path as report
 
         document["critical_path"] = {"steps": msgspec.to_builtins(self.steps),

@@ -6,7 +6,8 @@ Pure: profiles in, typed results out. Definitions in ``docs/diff.md``."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 import msgspec
 
@@ -18,6 +19,8 @@ from .profile import RunProfile
 #: Items listed under each of the parts that moved the most: those that moved the most.
 TOP_MOVED, TOP_PARTS = 5, 6
 STEP = PartKey("step")
+Key = TypeVar("Key", bound=Hashable)
+Row = TypeVar("Row")
 
 
 class Delta(msgspec.Struct, frozen=True):
@@ -259,7 +262,7 @@ def moved_items(before: Sequence[RunProfile], after: Sequence[RunProfile],
     for part in parts[:TOP_PARTS]:
         rows = []
         for key in [k for k in dict.fromkeys([*a, *b]) if k[0] == part.part]:
-            values = []
+            values: list[tuple[float | None, float | None, bool]] = []
             for listed, bounds in ((a, a_bounds), (b, b_bounds)):
                 if key in listed:
                     values.append((*listed[key], False))
@@ -281,9 +284,10 @@ def moved_items(before: Sequence[RunProfile], after: Sequence[RunProfile],
 
 
 def _matched(before: Sequence[RunProfile], after: Sequence[RunProfile],
-             rows: Callable[[RunProfile], dict]) -> tuple[list, dict, dict]:
-    def side(profiles):
-        merged: dict = {}
+             rows: Callable[[RunProfile], dict[Key, Row]]
+             ) -> tuple[list[Key], dict[Key, list[Row]], dict[Key, list[Row]]]:
+    def side(profiles: Sequence[RunProfile]) -> dict[Key, list[Row]]:
+        merged: dict[Key, list[Row]] = {}
         for p in profiles:
             for key, row in rows(p).items():
                 merged.setdefault(key, []).append(row)
@@ -293,7 +297,7 @@ def _matched(before: Sequence[RunProfile], after: Sequence[RunProfile],
     return list(dict.fromkeys([*a, *b])), a, b
 
 
-def _column(rows: list | None, name: str) -> float | None:
+def _column(rows: Sequence[object] | None, name: str) -> float | None:
     return None if rows is None else _mean([getattr(r, name) for r in rows])
 
 

@@ -68,10 +68,10 @@ def contributor(diff: PairDiff, part: Delta) -> str:
             bound = ("≥ " if top.delta_ms > 0 else "≤ ") if top.bound else ""
             details.append(f"{top.name}{f' [{top.shape}]' if top.shape else ''} "
                            f"{bound}{_ms(top.delta_ms)}")
-    if part.on_one_rank:
-        details.append(f"rank {part.rank} waits {_ms(part.rank_delta_ms)}"
-                       if part.part.group == "waiting"
-                       else f"mostly on rank {part.rank} ({_ms(part.rank_delta_ms)})")
+    moved = part.rank_delta_ms
+    if part.on_one_rank and moved is not None:
+        details.append(f"rank {part.rank} waits {_ms(moved)}" if part.part.group == "waiting"
+                       else f"mostly on rank {part.rank} ({_ms(moved)})")
     return f"{text}: {'; '.join(details)}" if details else text
 
 

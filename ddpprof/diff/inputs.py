@@ -95,10 +95,10 @@ def pair(before: Sequence[RunProfile], after: Sequence[RunProfile]
         return [(next(iter(a.values())), next(iter(b.values())))]
     pairs = [(a.pop(key), b.pop(key)) for key in list(a) if key in b]
     for name in (_variant, lambda group: group[0].run):
-        left = {}
+        left: dict[str | None, list[ConfigKey | str]] = {}
         for key, group in a.items():
             left.setdefault(name(group), []).append(key)
-        right = {}
+        right: dict[str | None, list[ConfigKey | str]] = {}
         for key, group in b.items():
             right.setdefault(name(group), []).append(key)
         for value, keys in left.items():

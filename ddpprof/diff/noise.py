@@ -122,9 +122,10 @@ def difference(before: Side, after: Side, prior_runs: int, slope: float = 1.0,
     if before.prior is not None and after.prior is not None:
         weight = max(prior_runs - 1, 1)
         terms = []
-        for found, factor in ((before, slope ** 2), (after, 1.0)):
+        for found, prior, factor in ((before, before.prior, slope ** 2),
+                                     (after, after.prior, 1.0)):
             repeats = found.runs - 1 if found.spread is not None else 0
-            pooled = (weight * found.prior + repeats * (found.spread or 0.0)) / (weight + repeats)
+            pooled = (weight * prior + repeats * (found.spread or 0.0)) / (weight + repeats)
             terms.append((efficiency * factor * pooled / found.runs, weight + repeats))
         variance = sum(v for v, _ in terms)
         if variance <= 0:

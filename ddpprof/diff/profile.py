@@ -28,7 +28,7 @@ from ..errors import UsageError
 from ..manifest import RunMeasurements, validation_problem
 from ..metrics.comm import CollectiveCalls, collective_stats
 from ..metrics.partition import cut, density_integral
-from ..metrics.waits import call_waits
+from ..metrics.waits import CallWaits, call_waits
 from ..record.config import RunConfig, decode_hook, encode_hook
 
 #: Bounds of the ``profile`` section of ``analyze --json``: the items of each part (the rest
@@ -95,11 +95,11 @@ class RunProfile(msgspec.Struct, kw_only=True):
     unprofiled_step_ms: float | None = None     # run.json's median step without the profiler
 
 
-def _waiting_moved(rank: RankResult, waits, parts: list[PartKey], part_us: np.ndarray
+def _waiting_moved(rank: RankResult, own: RankParts, waits: CallWaits | None
                    ) -> tuple[list[PartKey], np.ndarray]:
     """Move each call's time before its last member arrived (its exposed share of it) from
     its communication part to "waiting for rank N"."""
-    own: RankParts = rank.parts
+    parts, part_us = own.parts, own.part_us
     if waits is None or not waits.index.size:
         return parts, part_us
     calls = rank.calls
@@ -130,7 +130,7 @@ def _subset(calls: CollectiveCalls, keep: np.ndarray) -> CollectiveCalls:
 
 
 def _collectives(ranks: list[RankResult]) -> list[CollectiveItem]:
-    found: dict[tuple[str, str], list] = {}
+    found: dict[tuple[str, str], list[tuple[float, float, float | None, float | None]]] = {}
     for rank in ranks:
         steps = max(rank.steps, 1)
         groups = np.array(rank.calls.group, dtype=object)
@@ -151,7 +151,7 @@ def _mean_known(values: Iterable[float | None]) -> float | None:
 
 
 def _buckets(ranks: list[RankResult]) -> list[BucketItem]:
-    rows: dict[int, list] = {}
+    rows: dict[int, list[tuple[int | None, float | None, float, float]]] = {}
     for rank in ranks:
         timeline = rank.buckets
         if timeline is None:
@@ -170,19 +170,19 @@ def _buckets(ranks: list[RankResult]) -> list[BucketItem]:
 def run_profile(run: RunResult) -> RunProfile | None:
     """The profile of an analyzed run (None when no rank has parts)."""
     ranks = [r for r in run.ranks if r.parts is not None]
+    own = [r.parts for r in run.ranks if r.parts is not None]
     if not ranks:
         return None
     waits = call_waits({r.rank: r.calls for r in ranks}) if len(ranks) >= 2 else {}
     keys: dict[PartKey, int] = {}
     per_rank = []
-    for rank in ranks:
-        parts, part_us = _waiting_moved(rank, waits.get(rank.rank), rank.parts.parts,
-                                        rank.parts.part_us)
+    for rank, rank_parts in zip(ranks, own, strict=True):
+        parts, part_us = _waiting_moved(rank, rank_parts, waits.get(rank.rank))
         for key in parts:
             keys.setdefault(key, len(keys))
         per_rank.append((parts, part_us))
     order = sorted(keys, key=lambda k: (_GROUP_ORDER.get(k.group, 9), k))
-    n_parts, common = len(order), min(r.parts.step_us.size for r in ranks)
+    n_parts, common = len(order), min(p.step_us.size for p in own)
     position = {key: k for k, key in enumerate(order)}
     means = np.zeros((n_parts, len(ranks)))
     series = np.zeros((n_parts, common))
@@ -193,14 +193,14 @@ def run_profile(run: RunResult) -> RunProfile | None:
     used = np.flatnonzero((means != 0).any(axis=1) | (series != 0).any(axis=1))
     order, means, series = [order[k] for k in used], means[used], series[used]
     position = {key: k for k, key in enumerate(order)}
-    steps = [float(r.parts.step_us.mean()) for r in ranks]
-    items = _items(ranks, position)
+    steps = [float(p.step_us.mean()) for p in own]
+    items = _items(own, position)
     manifest, throughput = run.manifest, run.manifest.throughput
     recorded = manifest.status is not None     # a run.json that ddpprof wrote
     return RunProfile(
         run=run.name, kind=ranks[0].kind, ranks=[r.rank for r in ranks],
         step_ms=statistics.fmean(steps) / 1e3, parts=order,
-        part_ms=(means.mean(axis=1) / 1e3).tolist(), steps=ranks[0].parts.step_names[:common],
+        part_ms=(means.mean(axis=1) / 1e3).tolist(), steps=own[0].step_names[:common],
         step_series_ms=(series.sum(axis=0) / 1e3).tolist(),
         part_series_ms=(series / 1e3).tolist(),
         rank_step_ms=[s / 1e3 for s in steps], rank_part_ms=(means / 1e3).tolist(),
@@ -216,14 +216,14 @@ _GROUP_ORDER = {"compute": 0, "data loading": 1, "device": 2, "communication": 3
                 "waiting": 4, "host": 5, "host-bound": 6, "idle": 7}
 
 
-def _items(ranks: list[RankResult], position: dict[PartKey, int]) -> list[ProfileItem]:
+def _items(ranks: list[RankParts], position: dict[PartKey, int]) -> list[ProfileItem]:
     """Items matched across ranks by part, name and shape: means over ranks of ms and calls
     per step (a rank without the item counts as 0)."""
     totals: dict[tuple[int, str, str], list[float]] = {}
     for rank in ranks:
-        steps = rank.parts.step_us.size
-        for item in rank.parts.items:
-            part = position.get(rank.parts.parts[item.part])
+        steps = rank.step_us.size
+        for item in rank.items:
+            part = position.get(rank.parts[item.part])
             if part is None:            # a part no rank spent time in
                 continue
             key = (part, item.name, item.shape)

@@ -236,9 +236,9 @@ def _device_lanes(p: _Prepared, part: _Part, lo: float, hi: float) -> None:
                 if u is not None:
                     part.edges.append((u, v, EdgeKind.PROGRAM))
             previous = nodes[-1]
-            launch = p.launch_of.get(i)
-            if launch is not None and launch in part.last:
-                part.edges.append((part.last[launch], nodes[0], EdgeKind.LAUNCH))
+            launched_by = p.launch_of.get(i)
+            if launched_by is not None and launched_by in part.last:
+                part.edges.append((part.last[launched_by], nodes[0], EdgeKind.LAUNCH))
 
 
 def _issue_and_complete(p: _Prepared, part: _Part) -> None:
@@ -422,12 +422,12 @@ def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> 
             c, arrive=c.arrive + at, transfer=c.transfer + at, nodes=[k + at for k in c.nodes],
             issue=[k + at for k in c.issue]) for c in member.annotated]
         gradients += [msgspec.structs.replace(g, node=g.node + at) for g in member.gradients]
-    members: dict[tuple[str, str], dict[int, tuple[np.ndarray, list]]] = {}
+    members: dict[tuple[str, str], dict[int, tuple[list[int], list[int | None]]]] = {}
     for position, member in enumerate(parts):
         for i, kind, group, sequence in member.collectives:
             index, sequences = members.setdefault((group, kind), {}).setdefault(
                 position, ([], []))
-            index.append(i)  # type: ignore[attr-defined]
+            index.append(i)
             sequences.append(sequence)
     unmatched: list[str] = []
     for (group, kind), by_part in sorted(members.items()):

@@ -199,7 +199,8 @@ def buckets_of(graph: StepGraph, grads: RankGradients, cap_mib: float,
         [grads.gradients[i].size_bytes for i in by_registration], cap_mib * MIB,
         [grads.dtypes[i] for i in by_registration] if grads.dtypes else None,
         [position[i] for i in range(count)] if ready_order else None)
-    sizes, anchors = [], []
+    sizes: list[int] = []
+    anchors: list[int] = []
     for bucket in buckets:
         members = [grads.gradients[by_registration[k]] for k in bucket]
         sizes.append(sum(g.size_bytes for g in members))
@@ -255,7 +256,7 @@ class _Template:
     def launch(self, edit: Editable, anchors: list[int], sizes: list[int], kind: str,
                cost: CollectiveCost, world_size: int) -> list[tuple[int, int]]:
         """Issue, arrive and transfer nodes of one collective per bucket (see the module)."""
-        launched = []
+        launched: list[tuple[int, int]] = []
         issues = _insert_after(edit, anchors, self.issue_us, f"issue {kind}")
         for b, (issue, size) in enumerate(zip(issues, sizes, strict=True)):
             lane = self.lanes[b % len(self.lanes)]

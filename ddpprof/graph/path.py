@@ -151,6 +151,7 @@ def critical_path(graph: StepGraph, columns: GraphColumns | None = None,
     chain: list[tuple[int, int | None]] = []
     node: int | None = sink
     while node is not None:
+        here = nodes[node]
         chain.append((node, None))
         edges = c.in_edges[c.in_ptr[node]:c.in_ptr[node + 1]]
         ready = s.end_us[c.src[edges]] + c.gap[edges] if edges.size else np.empty(0)
@@ -159,8 +160,8 @@ def critical_path(graph: StepGraph, columns: GraphColumns | None = None,
         if not binding:
             break
         k = max(binding, key=lambda k: (s.end_us[c.src[k]],
-                                        nodes[int(c.src[k])].rank == nodes[node].rank,
-                                        nodes[int(c.src[k])].lane == nodes[node].lane))
+                                        nodes[int(c.src[k])].rank == here.rank,
+                                        nodes[int(c.src[k])].lane == here.lane))
         chain[-1] = (node, k)
         node = int(c.src[k])
     pieces = _waiting(graph, c, s, chain, _pieces(graph, s, chain, home_start))

@@ -18,6 +18,7 @@ a late rank move the other ranks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,8 +75,8 @@ def parse_edit(option: str, text: str) -> Edit:
     return edit
 
 
-def parse_edits(faster: list[str] | tuple[str, ...], faster_network: list[str] | tuple[str, ...],
-                rank_delay: list[str] | tuple[str, ...]) -> list[Edit]:
+def parse_edits(faster: Sequence[str], faster_network: Sequence[str],
+                rank_delay: Sequence[str]) -> list[Edit]:
     """Every ``--faster``, ``--faster-network`` and ``--rank-delay`` given, parsed."""
     return [parse_edit(option, text) for option, texts in zip(
         OPTIONS, (faster, faster_network, rank_delay), strict=True) for text in texts]
@@ -113,7 +114,7 @@ def _simple(edit: Editable, edits: list[Edit]) -> None:
                 edit.release[k] = max(edit.release[k] + change.amount, edit.graph.origin_us)
 
 
-def replay_edited(graph: StepGraph, tax: Tax | None = None, edits: list[Edit] = (),
+def replay_edited(graph: StepGraph, tax: Tax | None = None, edits: Sequence[Edit] = (),
                   rebucketing: Rebucket | None = None, world: WorldSize | None = None,
                   cost: CollectiveCost | None = None, work_us: np.ndarray | None = None
                   ) -> Outcome:

@@ -71,18 +71,17 @@ def collective_stats(calls: CollectiveCalls) -> dict[str, CollectiveStats]:
     for kind in sorted(set(calls.kind)):
         picked = [i for i, k in enumerate(calls.kind) if k == kind]
         total_us = float(durations[picked].sum())
-        sizes = [calls.size_bytes[i] for i in picked]
-        known = all(s is not None for s in sizes)
-        total_bytes = float(sum(sizes)) if known else None  # type: ignore[arg-type]
-        algbw = total_bytes / total_us / 1e3 if known and total_us > 0 else None
+        sizes = [size for i in picked if (size := calls.size_bytes[i]) is not None]
+        total_bytes = float(sum(sizes)) if len(sizes) == len(picked) else None
+        algbw = total_bytes / total_us / 1e3 if total_bytes is not None and total_us > 0 else None
         factor = BUS_FACTOR.get(kind)
-        groups = [calls.group_size[i] for i in picked]
+        groups = [g for i in picked if (g := calls.group_size[i]) is not None and g > 1]
         busbw = None
-        if algbw is not None and factor and all(g and g > 1 for g in groups):
+        if algbw is not None and factor and len(groups) == len(picked):
             bus_bytes = sum(s * factor(g) for s, g in zip(sizes, groups, strict=True))
             busbw = bus_bytes / total_us / 1e3
         stats[kind] = CollectiveStats(
             calls=len(picked), total_us=total_us,
-            bytes_per_call=total_bytes / len(picked) if known else None,
+            bytes_per_call=total_bytes / len(picked) if total_bytes is not None else None,
             algbw_gbps=algbw, busbw_gbps=busbw)
     return stats

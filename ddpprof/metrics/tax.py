@@ -27,6 +27,7 @@ replacement (a fixed seed: the same trace gives the same interval).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -176,7 +177,7 @@ def shared_time(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 def _call_part(rank: int, samples: RankTaxSamples, calls: CollectiveCalls,
                transfer_start: np.ndarray, size: np.ndarray, bins: np.ndarray,
-               backend: str | None) -> tuple:
+               backend: str | None) -> tuple[Any, ...]:
     """One rank's collectives: each one's transfer as if alone on the rank's bandwidth, the
     share of it beside compute, and the bytes it moved."""
     transfer = shared_time(transfer_start, calls.end_us)
@@ -192,7 +193,7 @@ def _call_part(rank: int, samples: RankTaxSamples, calls: CollectiveCalls,
             np.minimum(beside, 1.0), traffic)
 
 
-def _joined(parts: list) -> tuple[np.ndarray, ...]:
+def _joined(parts: list[Any]) -> tuple[np.ndarray, ...]:
     """The ranks' parts as one set of arrays, keys and clusters made distinct per rank."""
     if not parts:
         nothing = np.empty(0, dtype=np.int64)
@@ -213,7 +214,7 @@ def _ids(rank: np.ndarray, value: np.ndarray) -> np.ndarray:
     return np.unique(np.stack([rank, value], axis=1), axis=0, return_inverse=True)[1].ravel()
 
 
-def _compute_rows(parts: list) -> list[TaxRow]:
+def _compute_rows(parts: list[Any]) -> list[TaxRow]:
     key, cluster, work_class, log_duration, shares = _joined(parts)
     everything = _Samples(log_duration, key, cluster, shares)
     # the ops that tell each step's load, whatever their class; they tell no class's tax
@@ -237,7 +238,7 @@ def _pooled(samples: _Samples) -> _Samples:
                     np.minimum(samples.shares.sum(axis=1, keepdims=True), 1.0))
 
 
-def _comm_rows(parts: list) -> list[TaxRow]:
+def _comm_rows(parts: list[Any]) -> list[TaxRow]:
     """The communication tax: each collective's transfer against what the run's collectives
     that ran mostly alone take for its traffic (their α–β fit, ``metrics.cost``; with one
     size, in proportion to the bytes)."""
@@ -372,7 +373,7 @@ class _Fit:
         others = np.delete(design, column, axis=1)
         explained, *_ = np.linalg.lstsq(others, design[:, column], rcond=None)
         left = design[:, column] - others @ explained
-        if np.linalg.norm(left) <= 1e-9 * max(np.linalg.norm(design[:, column]), 1e-300):
+        if np.linalg.norm(left) <= 1e-9 * max(float(np.linalg.norm(design[:, column])), 1e-300):
             return None
         target = self._demeaned(self.samples.log_duration, weight, total) * root[:, 0]
         solution, *_ = np.linalg.lstsq(design, target, rcond=None)

@@ -53,7 +53,8 @@ class WaitAnalysis:
         return best[1] if best[0] > 0 else None
 
 
-def _instances(calls: CollectiveCalls, group: str, kind: str) -> tuple[np.ndarray, list]:
+def _instances(calls: CollectiveCalls, group: str, kind: str
+               ) -> tuple[np.ndarray, list[int | None]]:
     picked = [i for i in range(calls.n) if calls.group[i] == group and calls.kind[i] == kind]
     picked.sort(key=lambda i: calls.start_us[i])
     return np.array(picked, dtype=np.int64), [calls.sequence[i] for i in picked]
@@ -101,7 +102,8 @@ def call_waits(calls_by_rank: dict[int, CollectiveCalls]) -> dict[int, CallWaits
 
 def wait_split(calls_by_rank: dict[int, CollectiveCalls]) -> WaitAnalysis:
     """Match every rank's calls and split each call's time into wait and transfer."""
-    totals = {rank: [0.0, 0.0, 0.0, 0] for rank in calls_by_rank}
+    totals = {rank: [0.0, 0.0, 0.0] for rank in calls_by_rank}   # transfer, wait, caused
+    matched = dict.fromkeys(calls_by_rank, 0)
     waiting: dict[int, list[tuple[float, float]]] = {rank: [] for rank in calls_by_rank}
     unmatched: list[str] = []
     transfer_start = {rank: calls.start_us.copy() for rank, calls in calls_by_rank.items()}
@@ -115,10 +117,10 @@ def wait_split(calls_by_rank: dict[int, CollectiveCalls]) -> WaitAnalysis:
             totals[rank][1] += wait
             if wait > 0:
                 waiting[rank].append((start, start + wait))
-            totals[rank][3] += 1
+            matched[rank] += 1
             if rank != last_rank:
                 totals[last_rank][2] += wait
-    return WaitAnalysis({rank: WaitSplit(t[0], t[1], t[2], t[3], _union_us(waiting[rank]))
+    return WaitAnalysis({rank: WaitSplit(t[0], t[1], t[2], matched[rank], _union_us(waiting[rank]))
                          for rank, t in totals.items()}, unmatched, transfer_start)
 
 
@@ -129,14 +131,16 @@ def _union_us(spans: list[tuple[float, float]]) -> float:
     return iv.length(iv.union(starts, ends))
 
 
-def _match(members: dict[int, tuple[np.ndarray, list]], label: str,
+def _match(members: dict[int, tuple[np.ndarray, list[int | None]]], label: str,
            unmatched: list[str]) -> list[dict[int, int]]:
     """Rows of matched calls. By sequence number when every call has one; else by order,
     keeping the first ``min`` calls of each rank when the counts differ."""
-    if all(s is not None for _, sequences in members.values() for s in sequences):
+    numbered = {rank: [s for s in sequences if s is not None]
+                for rank, (_, sequences) in members.items()}
+    if all(len(numbered[rank]) == len(sequences) for rank, (_, sequences) in members.items()):
         by_sequence: dict[int, dict[int, int]] = {}
-        for rank, (index, sequences) in members.items():
-            for i, s in zip(index.tolist(), sequences, strict=True):
+        for rank, (index, _) in members.items():
+            for i, s in zip(index.tolist(), numbered[rank], strict=True):
                 by_sequence.setdefault(s, {})[rank] = i
         rows = [row for _, row in sorted(by_sequence.items()) if len(row) >= 2]
         if len(rows) < len(by_sequence):

@@ -28,7 +28,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 PATH = click.Path(path_type=Path)
 
 
-def cli(help: str, type: click.ParamType | None = None, flag: bool = False) -> dict[str, Any]:
+def cli(help: str, type: click.ParamType[Any] | None = None, flag: bool = False) -> dict[str, Any]:
     """Field metadata that makes the field a command-line option (``--field-name``)."""
     return {"help": help, "type": type, "flag": flag}
 
@@ -123,7 +123,7 @@ class RunConfig(Launch):
         return dataclasses.replace(msgspec.json.decode(data, type=cls, dec_hook=decode_hook))
 
 
-def option_fields() -> list[dataclasses.Field]:
+def option_fields() -> list[dataclasses.Field[Any]]:
     """The fields that are command-line options, in declaration order."""
     return [f for f in dataclasses.fields(RunConfig) if "help" in f.metadata]
 
@@ -132,7 +132,7 @@ def option_fields() -> list[dataclasses.Field]:
 LIST_FIELDS = ("model", "nproc", "bucket_cap_mb")
 
 
-def record_option_fields() -> list[dataclasses.Field]:
+def record_option_fields() -> list[dataclasses.Field[Any]]:
     """The fields that are ``record``'s single-valued options: what it runs, then where."""
     where = {f.name for f in dataclasses.fields(Launch)}
     return sorted((f for f in option_fields() if f.name not in LIST_FIELDS),

@@ -58,7 +58,7 @@ def root_cause(log_text: str) -> RootCause | None:
 
 def rank_errors(folder: RunFolder) -> dict[int, dict[str, Any]]:
     """The errors ranks wrote before exiting, by rank (read without following links)."""
-    errors = {}
+    errors: dict[int, dict[str, Any]] = {}
     if folder.kind(ERRORS_DIR) is None:
         return errors
     try:

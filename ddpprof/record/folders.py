@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import UsageError
@@ -89,7 +90,7 @@ class FolderLocks:
 
 
 @contextlib.contextmanager
-def claim(folders: list[Path]):
+def claim(folders: list[Path]) -> Iterator[FolderLocks]:
     """Lock ``folders`` (in a fixed order, so two recorders cannot deadlock) for the block."""
     locks = FolderLocks()
     try:

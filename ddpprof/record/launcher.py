@@ -95,7 +95,9 @@ class RunOutcome:
 
     @property
     def status(self) -> str:
-        return self.manifest.status
+        status = self.manifest.status
+        assert status is not None, "record_one gives its manifest a status from the start"
+        return status
 
     @property
     def error(self) -> str | None:
@@ -152,11 +154,12 @@ def validate(recording: Recording) -> None:
         run = recording.run_config(planned.variant, config.backend, planned.config)
         if run.tp is not None:
             check_tensor_parallel(run)
-        if config.global_batch % (run.data_parallel_size * run.grad_accum):
+        accum = run.grad_accum or 1     # run_config gave it the variant's default
+        if config.global_batch % (run.data_parallel_size * accum):
             size = f"data-parallel size {run.data_parallel_size}" if run.tp else \
                 f"world size {run.world_size}"
             raise UsageError(f"--global-batch {config.global_batch} is not divisible by "
-                             f"{size} x grad-accum {run.grad_accum} (variant {planned.variant})")
+                             f"{size} x grad-accum {accum} (variant {planned.variant})")
     if resolve_backend(config.backend) == "nccl":
         gpus = cuda_device_count()
         nproc = max(c.nproc for c in recording.configs or (config,))
@@ -366,7 +369,7 @@ class Watchdog:
     the launch (a rendezvous that never completes: torchrun's own timeouts do not cover an
     endpoint that accepts the connection and never answers)."""
 
-    def __init__(self, torchrun: subprocess.Popen, timeout_s: float,
+    def __init__(self, torchrun: subprocess.Popen[bytes], timeout_s: float,
                  guard: process.SignalGuard) -> None:
         self.torchrun, self.timeout_s, self.guard = torchrun, timeout_s, guard
         self.launched = time.monotonic()

@@ -45,11 +45,12 @@ def step_phases(steps: int, wait: int, warmup: int, active: int,
     return (phases + ["after"] * steps)[:steps]
 
 
-def step_records(wall_s: list[float], loss: list[float], phases: list[str], global_batch: int,
-                 seq_len: int | None, sync_s: list[float] | None = None) -> list[StepRecord]:
+def step_records(wall_s: list[float], loss: list[float | None], phases: list[str],
+                 global_batch: int, seq_len: int | None, sync_s: list[float] | None = None
+                 ) -> list[StepRecord]:
     """``sync_s``: time in ``finish_gradient_sync`` (all of the communication for the blocking
     variants, only the final wait for the others)."""
-    sync = sync_s or [None] * len(wall_s)
+    sync: list[float | None] = [*sync_s] if sync_s else [None] * len(wall_s)
     return [StepRecord(step=step, phase=phase, wall_s=seconds, sync_s=sync_seconds,
                        samples_per_s=global_batch / seconds,
                        tokens_per_s=global_batch * seq_len / seconds if seq_len else None,
@@ -65,14 +66,15 @@ def throughput(records: list[StepRecord], global_batch: int, seq_len: int | None
     includes_profiled = not chosen
     if includes_profiled:
         chosen = records[1:] or records
-    seconds = sum(r.wall_s for r in chosen)
-    samples_per_s = global_batch * len(chosen) / seconds
-    active = [r.wall_s for r in records if r.phase == "active"]
-    unprofiled = [r.wall_s for r in chosen] if not includes_profiled else []
+    chosen_s = [r.wall_s for r in chosen if r.wall_s is not None]   # all: step_records' own
+    seconds = sum(chosen_s)
+    samples_per_s = global_batch * len(chosen_s) / seconds
+    active = [r.wall_s for r in records if r.phase == "active" and r.wall_s is not None]
+    unprofiled = chosen_s if not includes_profiled else []
     return Throughput(
         samples_per_s=samples_per_s,
         tokens_per_s=samples_per_s * seq_len if seq_len else None,
-        median_step_s=statistics.median(r.wall_s for r in chosen),
+        median_step_s=statistics.median(chosen_s),
         steps_used=[r.step for r in chosen],
         includes_profiled_steps=includes_profiled,
         # How much slower a profiled step is than an unprofiled one.

@@ -110,14 +110,14 @@ def path_figure(graph: StepGraph, step: StepPath) -> go.Figure:
                 marker_color=_COLOURS.get(kind.value, "#999"), text=[n.name for n in mine],
                 hovertemplate="%{text}: %{x:.3f} ms<extra></extra>"))
     for category, colour in _COLOURS.items():
-        mine = [s for s in step.segments if s.category == category]
-        if mine:
+        on_path = [s for s in step.segments if s.category == category]
+        if on_path:
             fig.add_trace(go.Bar(
-                orientation="h", base=[s.start_us / 1e3 for s in mine],
-                x=[s.duration_us / 1e3 for s in mine],
-                y=[label.get((s.rank, s.lane), f"rank {s.rank} {s.lane}") for s in mine],
+                orientation="h", base=[s.start_us / 1e3 for s in on_path],
+                x=[s.duration_us / 1e3 for s in on_path],
+                y=[label.get((s.rank, s.lane), f"rank {s.rank} {s.lane}") for s in on_path],
                 name=f"path: {category}", marker_color=colour, width=0.45,
-                text=[f"{s.name} ({s.pieces} pieces)" for s in mine],
+                text=[f"{s.name} ({s.pieces} pieces)" for s in on_path],
                 hovertemplate="%{text}: %{x:.3f} ms<extra></extra>"))
     fig.update_layout(barmode="overlay")
     return layout(fig, f"{step.run} {step.step}: critical path over the ranks' timelines",

@@ -3,12 +3,14 @@ into its parts, the items that moved, the collectives, the buckets and the confi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import msgspec
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from ..diff.compare import PairDiff
+from ..diff.compare import Delta, ItemDelta, PairDiff
 from .html import embed, generated, layout
 from .table import Column, Table, format_cell, template_environment
 
@@ -47,16 +49,15 @@ def _side(name: str, runs: list[str]) -> str:
     return f"{name} ({len(runs)} recording{'s' if len(runs) > 1 else ''}: {shown})"
 
 
-def _rows(pairs: Sequence[PairDiff], get) -> list[dict]:
-    import msgspec
-
+def _rows(pairs: Sequence[PairDiff], get: Callable[[PairDiff], Sequence[msgspec.Struct]]
+          ) -> list[dict[str, Any]]:
     rows = []
     for pair in pairs:
         for row in get(pair):
             fields = msgspec.structs.asdict(row)
-            if hasattr(row, "verdict"):
+            if isinstance(row, Delta):
                 fields["verdict"] = row.verdict
-            if hasattr(row, "shape"):      # an item: its name, and its shape where known
+            if isinstance(row, ItemDelta):      # an item: its name, and its shape where known
                 fields["item"] = f"{row.name} [{row.shape}]" if row.shape else row.name
             rows.append({"pair": pair_name(pair), **fields})
     return rows
@@ -101,8 +102,9 @@ def summary_lines(pair: PairDiff, significance: float) -> list[str]:
     lines.append(f"  {headline(pair, significance)}")
     changed = [p for p in pair.parts if p.significant][:3] or pair.parts[:1]
     for part in changed:
-        where = (f"; mostly on rank {part.rank} ({_signed(part.rank_delta_ms)} ms)"
-                 if part.on_one_rank else "")
+        moved = part.rank_delta_ms
+        where = (f"; mostly on rank {part.rank} ({_signed(moved)} ms)"
+                 if part.on_one_rank and moved is not None else "")
         lines.append(f"  {part.label}: {part.before_ms:.2f} → {part.after_ms:.2f} ms "
                      f"({_signed(part.delta_ms)}, {part.verdict}){where}")
     lines += [f"  {note}" for note in pair.notes]
@@ -154,7 +156,7 @@ def render_page(pairs: Sequence[PairDiff], title: str, significance: float,
         figure_count=sum(len(s["figures"]) for s in sections), plotly_js=get_plotlyjs())
 
 
-def _html_table(table: Table, pair: str) -> dict:
+def _html_table(table: Table, pair: str) -> dict[str, Any]:
     """A table as the page shows it: the pair is the section's, an item its name and shape."""
     left_out = {"pair", "name", "shape"} if any(c.key == "item" for c in table.columns) \
         else {"pair"}

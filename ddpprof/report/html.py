@@ -15,6 +15,7 @@ from plotly.offline import get_plotlyjs
 
 from ..analysis import Analysis, RunResult, rank_row, run_row
 from ..analysis.rows import COLUMN_KINDS, CollectiveRow, RunRow, memory_of, peak_memory_mib
+from ..findings import Finding
 from ..units import MIB
 from ..variants import variant_info
 from .table import format_cell, template_environment
@@ -350,7 +351,7 @@ def _last_step_note(analysis: Analysis) -> str:
     return "; ".join(f"{run}: last ProfilerStep {value}" for run, value in notes.items())
 
 
-def render_report(analysis: Analysis, title: str, findings: list | None = None,
+def render_report(analysis: Analysis, title: str, findings: list[Finding] | None = None,
                   extra_figures: Sequence[go.Figure] = ()) -> str:
     """The whole page as one string (the caller writes it); ``findings`` open the page;
     ``extra_figures`` (``analyze --critical-path``'s) follow the others."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from ..analysis import AnalysisOptions, analyze_run
@@ -56,7 +56,8 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
                  bandwidth_gbps: float | None = None, latency_us: float | None = None,
                  measured_file: Path | None = None, calibration_file: Path | None = None,
                  ready_order: bool = False, keep_last_step: bool = False,
-                 allow_sweep: bool = True, on_note=None, edits: Sequence[Edit] = (),
+                 allow_sweep: bool = True, on_note: Callable[[str], None] | None = None,
+                 edits: Sequence[Edit] = (),
                  jobs: int | None = None, shared_cores: int | None = None) -> Simulation:
     """``ddpprof simulate``: analyze ``run_path`` over ``analyze``'s window (the last
     ProfilerStep dropped unless ``keep_last_step``) with its steps' graphs, and predict its
@@ -161,8 +162,10 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
     predictions = []
     for n, cap, recorded in _configurations(info, config.bucket_cap_mb if config else None,
                                             sizes_mb, world_sizes, world):
-        capped = CapEdit(cap, info.gradient_collective, info.gradient_sync == "sharded_buckets",
-                         ready_order) if not recorded and info is not None else None
+        capped = None
+        if not recorded and info is not None and cap is not None:
+            capped = CapEdit(cap, info.gradient_collective,
+                             info.gradient_sync == "sharded_buckets", ready_order)
         outcomes = [o for s in steps
                     if (o := s.replay(edits, capped, resized(n), model, backend))]
         if not outcomes:
@@ -211,7 +214,7 @@ def _level(steps: list[Step], model: CostModel, world: int, backend: str | None)
     return measured / modelled if modelled > 0 and measured > 0 else 1.0
 
 
-def _overhead(manifest, notes: list[str]) -> float:
+def _overhead(manifest: RunManifest, notes: list[str]) -> float:
     """The run's median profiled step over its median unprofiled one (1 when unknown)."""
     overhead = manifest.throughput.profiler_overhead_ratio if manifest.throughput else None
     if overhead is not None and overhead < 1:
@@ -221,7 +224,7 @@ def _overhead(manifest, notes: list[str]) -> float:
     return overhead if overhead and overhead > 0 else 1.0
 
 
-def _measured(run: RunResult, manifest) -> Measured:
+def _measured(run: RunResult, manifest: RunManifest) -> Measured:
     """The run's median unprofiled step (run.json) and, as ``analyze`` measures them over its
     ranks, overlap % and exposed communication per step."""
     ranks = run.ranks
@@ -235,7 +238,8 @@ def _measured(run: RunResult, manifest) -> Measured:
 
 
 def _configurations(info: VariantInfo | None, own_cap: float | None, caps: list[float],
-                    world_sizes: list[int] | None, world: int):
+                    world_sizes: list[int] | None, world: int,
+                    ) -> Iterator[tuple[int, float | None, bool]]:
     """(world size, cap, is the run's own) of every row: the run's own configuration at each
     world size (a variant that is not distributed: at its own only, whichever were asked),
     then for a bucketed variant the other caps."""

@@ -39,29 +39,33 @@ def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdv
     except UsageError:
         return None
     world = simulation.world_size
-    mine = [p for p in simulation.predictions if p.world_size == world
+    mine = [(p.bucket_cap_mb, p) for p in simulation.predictions if p.world_size == world
             and p.bucket_cap_mb is not None]
     if not mine:
         return None
-    top = min(mine, key=lambda p: p.step_ms)
-    current = next((p for p in mine if p.bucket_cap_mb == current_cap_mb), None)
+    best_cap, top = min(mine, key=lambda capped: capped[1].step_ms)
+    current = next((p for cap, p in mine if cap == current_cap_mb), None)
     factor = BUS_FACTOR["all_reduce"](world) if world > 1 else 1.0
-    return CapAdvice(current_cap_mb=current_cap_mb, best_cap_mb=top.bucket_cap_mb,
+    return CapAdvice(current_cap_mb=current_cap_mb, best_cap_mb=best_cap,
                      current_step_ms=(current or top).step_ms, best_step_ms=top.step_ms,
                      half_bandwidth_bytes=simulation.cost.half_bandwidth_traffic_bytes / factor)
 
 
-def _model_key(run: RunResult) -> tuple[str | None, int | None]:
+#: What runs must share to share a cost model: backend and world size.
+ModelKey = tuple[str | None, int | None]
+
+
+def _model_key(run: RunResult) -> ModelKey:
     """What runs must share to share a cost model: backend and world size."""
     rank, config = run.ranks[0], run.manifest.config
     return (rank.backend or (config.backend if config else None),
             rank.world_size or (config.world_size if config else None))
 
 
-def pooled_cost(runs: list[RunResult]) -> dict[tuple, CostModel]:
+def pooled_cost(runs: list[RunResult]) -> dict[ModelKey, CostModel]:
     """A cost model per (backend, world size) fitted over the all-reduces of every run given
     (rank 0's calls), for runs whose own collectives are all of one size."""
-    samples: dict[tuple, list[tuple[float, float]]] = {}
+    samples: dict[ModelKey, list[tuple[float, float]]] = {}
     for run in runs:
         rank = run.ranks[0]
         key = _model_key(run)

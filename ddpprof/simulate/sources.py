@@ -38,7 +38,7 @@ class Costs:
 
 
 
-def given_calibration(path: Path | None):
+def given_calibration(path: Path | None) -> tuple[Path, Calibration] | None:
     """``--calibration FILE``, read and checked before anything else is."""
     if path is None:
         return None
@@ -112,7 +112,7 @@ def _same_backend(calibrated: str | None, run: str | None) -> bool:
     return calibrated is None or run is None or calibrated in run
 
 
-def _check_calibration(calibration, path: Path, world: int, backend: str | None,
+def _check_calibration(calibration: Calibration, path: Path, world: int, backend: str | None,
                        notes: list[str]) -> None:
     if calibration.world_size not in (None, world) and world > 1:
         notes.append(f"{path}: measured on {calibration.world_size} ranks, the run has {world}; "
@@ -121,8 +121,10 @@ def _check_calibration(calibration, path: Path, world: int, backend: str | None,
         notes.append(f"{path}: measured with {calibration.backend}, the run used {backend}")
 
 
-def _sweep(folder: Path, gradient_bytes: int, world: int, backend: str | None, problem: str,
-           notes: list[str], on_note) -> tuple[CostModel, Calibration]:
+def _sweep(folder: Path, gradient_bytes: int, world: int, backend: str | None,
+           problem: str | None,
+           notes: list[str], on_note: Callable[[str], None] | None,
+           ) -> tuple[CostModel, Calibration]:
     """No cost model to be had: measure all-reduce here, with the run's backend and world size
     (2 for a single-process run), from 4 KiB to the run's gradient bytes (a power of two)."""
     from ..calibrate import CALIBRATION_NAME, Sweep, calibrate, sweep_sizes

@@ -12,6 +12,7 @@ with, its gradients in registration order, and its replays. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +29,11 @@ from ..variants.bucketing import assign_buckets
 from .sources import Transfer
 
 
+def _dtypes(bucket: BucketRecord) -> list[str | None]:
+    """A recorded bucket's parameter dtypes, None for each where run.json names none."""
+    return list(bucket.param_dtypes) if bucket.param_dtypes else [None] * len(bucket.param_index)
+
+
 def registration_positions(grads: list[int], recorded: list[BucketRecord] | None
                            ) -> tuple[list[int], list[str | None] | None, str | None]:
     """Each gradient's (ready order) position in the model's registration order, and its
@@ -40,7 +46,7 @@ def registration_positions(grads: list[int], recorded: list[BucketRecord] | None
         return fallback, None, ("registration order: run.json names no buckets, so it is "
                                 "taken as the reverse of the order gradients became ready")
     params = sorted(((index, size, dtype) for b in recorded for index, size, dtype in zip(
-        b.param_index, b.param_bytes, b.param_dtypes or [None] * len(b.param_index),
+        b.param_index, b.param_bytes, _dtypes(b),
         strict=True)), reverse=True, key=lambda p: p[0])
     if sorted(size for _, size, _ in params) != sorted(grads):
         return fallback, None, ("registration order: the trace's gradients do not match "
@@ -82,7 +88,7 @@ class Step:
     transfers: list[Transfer]
     gradients: dict[int, RankGradients] = field(default_factory=dict)
     level: float | None = None
-    _cache: dict = field(default_factory=dict)
+    _cache: dict[Hashable, Outcome | None] = field(default_factory=dict)
 
     @classmethod
     def of(cls, graph: StepGraph, tax: Tax) -> Step:
@@ -119,7 +125,7 @@ class Step:
                 notes.append(note)
             self.gradients[rank] = RankGradients(ready, positions, dtypes)
 
-    def partition(self, cap_mib: float, ready_order: bool) -> tuple:
+    def partition(self, cap_mib: float, ready_order: bool) -> tuple[tuple[int, ...], ...]:
         """The buckets a cap makes of the first rank's gradients (caps that make the same ones
         replay alike)."""
         if not self.gradients:

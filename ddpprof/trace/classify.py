@@ -18,6 +18,7 @@ from enum import IntEnum
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .events import RankTrace
 
@@ -209,9 +210,10 @@ def validate_comm_patterns(patterns: Iterable[str]) -> list[str]:
     return checked
 
 
-def per_name(trace: RankTrace, predicate: Callable[[str], Any], dtype=bool) -> np.ndarray:
+def per_name(trace: RankTrace, predicate: Callable[[str], Any], dtype: npt.DTypeLike = bool
+             ) -> np.ndarray:
     """Evaluate ``predicate`` once per distinct name and spread it over the events."""
-    table = np.array([predicate(name) for name in trace.names] or [0], dtype=dtype)
+    table: np.ndarray = np.array([predicate(name) for name in trace.names] or [0], dtype=dtype)
     return table[trace.name_id]
 
 

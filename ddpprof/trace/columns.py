@@ -81,8 +81,9 @@ class Columns:
                 has_ts & has_dur)))
         if not keep.all():
             kept = keep.tolist()
-            events, categories, ts_all = (list(compress(values, kept)) for values in (
-                events, categories, ts_all))
+            events = list(compress(events, kept))
+            categories = list(compress(categories, kept))
+            ts_all = list(compress(ts_all, kept))
             ts, dur = ts[keep], dur[keep]
         if not events:
             return

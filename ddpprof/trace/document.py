@@ -77,7 +77,7 @@ def decode_document(raw: bytes | bytearray | memoryview, path: Location
         problem = "truncated JSON" if "truncated" in str(error).lower() else "invalid JSON"
         raise TraceError(path, f"{problem} ({error})") from None
     events = document.traceEvents
-    if memoryview(events)[:1] != b"[":
+    if bytes(memoryview(events)[:1]) != b"[":
         raise NotATrace(path, "not a trace (no traceEvents array)")
     return memoryview(events), distributed_info(document)
 

@@ -174,6 +174,8 @@ class FileBytes(TraceBytes):
     """An open regular file, read where it lies with ``pread`` from byte ``start`` on. The
     descriptor is shared with forked decoders (``pread`` moves no shared offset)."""
 
+    path: Path    # a local file
+
     def __init__(self, path: Path, fd: int, status: os.stat_result, start: int = 0) -> None:
         self.path, self.fd, self.status, self.start = path, fd, status, start
         self.size = status.st_size - start
@@ -295,7 +297,8 @@ def inflater() -> tuple[Any, type[Exception]]:
         from isal import isal_zlib
     except ImportError:
         return zlib, zlib.error
-    return isal_zlib, isal_zlib.error
+    # isal's stub declares ``error`` an instance; it is zlib.error's counterpart, a class
+    return isal_zlib, isal_zlib.error  # type: ignore[return-value]
 
 
 def gunzip(packed: TraceBytes, limit: int) -> bytearray:

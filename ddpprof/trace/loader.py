@@ -122,7 +122,7 @@ def _pair_threads(columns: Columns) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
         present = np.zeros(max(len(pids) * len(tids), 1), dtype=bool)
         present[pair] = True
         pairs = np.flatnonzero(present)
-        code = np.zeros(present.size, dtype=np.int32)
+        code: np.ndarray = np.zeros(present.size, dtype=np.int32)
         code[pairs] = np.arange(pairs.size, dtype=np.int32)
         code = code[pair]
     else:

@@ -111,7 +111,7 @@ def decode_slices(data: TraceBytes, slices: list[Slice]) -> Columns:
             if found is None:
                 raise QuickCutsFailed
             columns.closing = start + found
-            run = b"".join((b"[", rest[:found], b"]"))
+            run: bytes | bytearray = b"".join((b"[", rest[:found], b"]"))
         else:
             run = data.framed(start, end)
         events, values, objects = decode_run(run)

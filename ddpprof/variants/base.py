@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 import torch.distributed as dist
@@ -56,7 +56,7 @@ class DataParallel(nn.Module):
         if self.distributed and self.broadcasts_initial_state:
             self._broadcast_initial_state()
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
 
     @property
@@ -148,11 +148,22 @@ class DataParallel(nn.Module):
 WAIT_SPAN = "ddpprof::wait"
 
 
+def ready_grad(param: nn.Parameter) -> torch.Tensor:
+    """The gradient of a parameter a gradient hook fired for, or that was checked to have one."""
+    if param.grad is None:
+        raise RuntimeError(f"a parameter of shape {tuple(param.shape)} has no gradient")
+    return param.grad
+
+
 def wait_for(work: dist.Work) -> None:
     with torch.profiler.record_function(WAIT_SPAN):
         work.wait()
 
 
+@overload
+def all_reduce_sum(tensor: torch.Tensor, *, blocking: Literal[True]) -> None: ...
+@overload
+def all_reduce_sum(tensor: torch.Tensor, *, blocking: Literal[False]) -> dist.Work: ...
 def all_reduce_sum(tensor: torch.Tensor, *, blocking: bool) -> dist.Work | None:
     """Sum ``tensor`` over ranks in place: blocking (async launch, then a visible wait), or
     returning the handle to wait on later."""

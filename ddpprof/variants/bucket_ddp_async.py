@@ -21,14 +21,14 @@ class BucketDDPAsync(BucketedDataParallel):
     def __init__(self, module: nn.Module, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB) -> None:
         super().__init__(module, bucket_cap_mb)
         self._offsets: list[list[int]] = []
-        self.buffers: list[torch.Tensor] = []
+        self.bucket_buffers: list[torch.Tensor] = []
         for members in self.bucket_params:
             offsets, total = [], 0
             for param in members:
                 offsets.append(total)
                 total += param.numel()
             self._offsets.append([*offsets, total])  # the last: where the flags start
-            self.buffers.append(torch.zeros(total + len(members), dtype=members[0].dtype,
+            self.bucket_buffers.append(torch.zeros(total + len(members), dtype=members[0].dtype,
                                             device=members[0].device))
         self._works: list[dist.Work | None] = [None] * len(self.bucket_params)
 
@@ -38,10 +38,10 @@ class BucketDDPAsync(BucketedDataParallel):
     def _slot(self, bucket: int, position: int) -> torch.Tensor:
         param = self.bucket_params[bucket][position]
         start = self._offsets[bucket][position]
-        return self.buffers[bucket][start:start + param.numel()].view_as(param)
+        return self.bucket_buffers[bucket][start:start + param.numel()].view_as(param)
 
     def _flags(self, bucket: int) -> torch.Tensor:
-        return self.buffers[bucket][self._offsets[bucket][-1]:]
+        return self.bucket_buffers[bucket][self._offsets[bucket][-1]:]
 
     def _store_grad(self, bucket: int, position: int, grad: torch.Tensor | None) -> None:
         slot = self._slot(bucket, position)
@@ -52,14 +52,14 @@ class BucketDDPAsync(BucketedDataParallel):
         self._flags(bucket)[position] = grad is not None
 
     def _launch(self, bucket: int) -> None:
-        self._works[bucket] = all_reduce_sum(self.buffers[bucket], blocking=False)
+        self._works[bucket] = all_reduce_sum(self.bucket_buffers[bucket], blocking=False)
 
     def _complete(self, bucket: int) -> None:
         work = self._works[bucket]
         assert work is not None
         wait_for(work)
         self._works[bucket] = None
-        self.buffers[bucket].div_(self.world_size)
+        self.bucket_buffers[bucket].div_(self.world_size)
         used = self._used_anywhere(bucket, self._flags(bucket))
         for position, param in enumerate(self.bucket_params[bucket]):
             param.grad = self._slot(bucket, position) if used[position] else None

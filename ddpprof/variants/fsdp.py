@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from .base import DataParallel
 
@@ -46,7 +47,7 @@ def shard_units(module: nn.Module) -> list[nn.Module]:
 
 class FSDP(DataParallel):
     def __init__(self, module: nn.Module, mesh: DeviceMesh | None = None,
-                 split_layers: Callable[[], None] | None = None) -> None:
+                 split_layers: Callable[[], object] | None = None) -> None:
         """``mesh``: the ranks FSDP shards over (default: all of them); ``split_layers``: run
         once rank 0's weights are broadcast and before sharding (``fsdp_tp``'s tensor
         parallelism, which needs the weights whole)."""
@@ -58,7 +59,7 @@ class FSDP(DataParallel):
         self.units = shard_units(module)
         for unit in self.units:
             fully_shard(unit, mesh=mesh)
-        fully_shard(module, mesh=mesh)
+        self.sharded = fully_shard(module, mesh=mesh)   # the module itself, now an FSDPModule
         self._shard_ranks = mesh.size() if mesh is not None else self.world_size
         unit_params = {id(p) for unit in self.units for p in unit.parameters()}
         self._unit_groups = sum(any(p.requires_grad for p in unit.parameters())
@@ -68,18 +69,18 @@ class FSDP(DataParallel):
         self._forwards = 0
         self._forwards_last_step = 1
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         self._forwards += 1
         return self.module(*args, **kwargs)
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
-        self.module.set_requires_gradient_sync(False)
+        self.sharded.set_requires_gradient_sync(False)
         try:
             with super().no_sync():
                 yield
         finally:
-            self.module.set_requires_gradient_sync(True)
+            self.sharded.set_requires_gradient_sync(True)
 
     def _sync_gradients(self) -> None:
         # FSDP's reduce-scatters finish inside backward (its final callback waits for them).
@@ -109,4 +110,5 @@ class FSDP(DataParallel):
         return [group for group in groups if group]
 
     def full_parameters(self) -> list[torch.Tensor]:
-        return [p.full_tensor().detach() for p in self.module.parameters()]
+        # FSDP2 made every parameter a DTensor
+        return [cast(DTensor, p).full_tensor().detach() for p in self.module.parameters()]

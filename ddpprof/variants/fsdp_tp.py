@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 import torch.distributed as dist
@@ -52,8 +52,9 @@ Split = Literal["colwise", "rowwise"]
 #: Modules an MLP's Linears may have between them: elementwise, so a column-wise layer's split
 #: output feeds the next (row-wise) layer as it is.
 _ELEMENTWISE = (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Identity)
-_ATTENTION = {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise"}
-_MLP = {"gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise"}
+_ATTENTION: dict[str, Split] = {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise",
+                                "o_proj": "rowwise"}
+_MLP: dict[str, Split] = {"gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise"}
 
 
 def group_span(dim: str) -> str:
@@ -89,9 +90,9 @@ def _mlp_layout(module: nn.Sequential, tp: int) -> dict[str, Split]:
 def _decoder_layout(module: nn.Module, layers: nn.ModuleList, tp: int) -> dict[str, Split]:
     config = getattr(module, "config", None)
     heads = getattr(config, "num_attention_heads", None)
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
     if heads is None:
         raise ValueError(f"{type(module).__name__} has no config.num_attention_heads")
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
     for what, count in (("attention heads", heads), ("key-value heads", kv_heads)):
         if count % tp:
             raise ValueError(f"{count} {what}, not divisible by {tp} ranks")
@@ -164,8 +165,11 @@ class _Colwise(ColwiseParallel):
         super().__init__()
         self.counts = counts
 
-    def _prepare_input_fn(self, input_layouts: Any, desired_input_layouts: Any, mod: nn.Module,
-                          inputs: tuple[Any, ...], device_mesh: DeviceMesh) -> DTensor:
+    # torch declares it a staticmethod, and calls it through the instance: a method works and
+    # reaches self.counts
+    def _prepare_input_fn(  # type: ignore[override]
+            self, input_layouts: Any, desired_input_layouts: Any, mod: nn.Module,
+            inputs: tuple[Any, ...], device_mesh: DeviceMesh) -> DTensor:
         return _ReplicateInput.apply(inputs[0], device_mesh, self.counts)
 
 
@@ -177,8 +181,9 @@ class _Rowwise(RowwiseParallel):
         super().__init__()
         self.counts = counts
 
-    def _prepare_output_fn(self, output_layouts: Any, use_local_output: bool, mod: nn.Module,
-                           outputs: DTensor, device_mesh: DeviceMesh) -> torch.Tensor:
+    def _prepare_output_fn(  # type: ignore[override]  # a method, as _Colwise's
+            self, output_layouts: Any, use_local_output: bool, mod: nn.Module, outputs: DTensor,
+            device_mesh: DeviceMesh) -> torch.Tensor:
         with record_function(group_span("tp")):
             if outputs.placements != tuple(output_layouts):
                 self.counts.all_reduce += 1
@@ -212,9 +217,11 @@ def _labelled_fsdp_collectives() -> tuple[Any, Any]:
                 output_tensor, input_tensor, group, async_op=True), async_op)
 
     class ReduceScatter(DefaultReduceScatter):
-        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
-                     group: dist.ProcessGroup, op: Any, async_op: bool = False
-                     ) -> dist.Work | None:
+        # None when blocking, as AllGather's (torch types this one's Work, but FSDP2 uses
+        # the result only when it asked for async_op)
+        def __call__(  # type: ignore[override]
+                self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
+                group: dist.ProcessGroup, op: Any, async_op: bool = False) -> dist.Work | None:
             return labelled(lambda: super(ReduceScatter, self).__call__(
                 output_tensor, input_tensor, group, op, async_op=True), async_op)
 
@@ -279,8 +286,9 @@ class FSDPTP(FSDP):
     def _tp_split(self, param: nn.Parameter) -> bool:
         """Whether tensor parallelism splits ``param`` (a Shard placement on the tp dimension;
         parameters it leaves whole live on the dp dimension only)."""
-        names = param.device_mesh.mesh_dim_names or ()
-        return "tp" in names and isinstance(param.placements[names.index("tp")], Shard)
+        sharded = cast(DTensor, param)      # FSDP2 made every parameter a DTensor
+        names = sharded.device_mesh.mesh_dim_names or ()
+        return "tp" in names and isinstance(sharded.placements[names.index("tp")], Shard)
 
     def gradient_bytes(self, param: nn.Parameter) -> int:
         whole = param.numel() * param.element_size()

@@ -14,6 +14,7 @@ from .base import DataParallel
 
 class PyTorchDDP(DataParallel):
     broadcasts_initial_state = False
+    module: DistributedDataParallel
 
     def __init__(self, module: nn.Module, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB,
                  gradient_as_bucket_view: bool = False,

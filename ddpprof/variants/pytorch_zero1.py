@@ -16,6 +16,7 @@ train the same model as every other variant.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,13 +37,15 @@ class PyTorchZero1(PyTorchDDP):
         # so that a CPU trace does not count the blocked time as optimizer compute.
         sync = getattr(optimizer, "_sync_params", None)
         if sync is not None:
-            optimizer._sync_params = functools.partial(_labelled_wait, sync)
+            # a private method torch's types do not declare: replaced on this instance only
+            optimizer._sync_params = functools.partial(  # type: ignore[attr-defined]
+                _labelled_wait, sync)
         return optimizer
 
     def collectives_per_sync(self) -> dict[str, int | None]:
         return {"all_reduce": self.reducer_buckets(), "broadcast": self.world_size}
 
 
-def _labelled_wait(sync) -> None:
+def _labelled_wait(sync: Callable[[], object]) -> None:
     with torch.profiler.record_function(WAIT_SPAN):
         sync()

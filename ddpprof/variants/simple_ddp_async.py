@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .base import all_reduce_sum, wait_for
+from .base import all_reduce_sum, ready_grad, wait_for
 from .simple_ddp_hook import SimpleDDPHook
 
 
@@ -21,7 +21,8 @@ class SimpleDDPAsync(SimpleDDPHook):
         self._pending: list[tuple[dist.Work, torch.Tensor]] = []
 
     def _reduce(self, param: nn.Parameter) -> None:
-        self._pending.append((all_reduce_sum(param.grad, blocking=False), param.grad))
+        grad = ready_grad(param)
+        self._pending.append((all_reduce_sum(grad, blocking=False), grad))
 
     def _wait_pending(self) -> None:
         for work, grad in self._pending:

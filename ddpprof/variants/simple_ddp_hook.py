@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from .base import DataParallel, all_reduce_sum
+from .base import DataParallel, all_reduce_sum, ready_grad
 
 
 class SimpleDDPHook(DataParallel):
@@ -35,8 +35,9 @@ class SimpleDDPHook(DataParallel):
             self._reduce(param)
 
     def _reduce(self, param: nn.Parameter) -> None:
-        all_reduce_sum(param.grad, blocking=True)
-        param.grad.div_(self.world_size)
+        grad = ready_grad(param)
+        all_reduce_sum(grad, blocking=True)
+        grad.div_(self.world_size)
 
     def _sync_gradients(self) -> None:
         for param in self.trainable_parameters():

@@ -70,7 +70,7 @@ class ShardedBucket:
     shard_numel: int
     pieces_of: list[list[Piece]]            # per parameter: its pieces on every rank
     flat_param: torch.Tensor                # world_size * shard_numel; params are views of it
-    grad_shard: torch.Tensor | None = None  # shard_numel + flags: the reduce-scatter's output
+    grad_shard: torch.Tensor                # shard_numel + flags: the reduce-scatter's output
     grad_input: torch.Tensor | None = None  # world_size segments of (shard_numel + flags)
     mine: list[tuple[Piece, nn.Parameter]] = field(default_factory=list)
     work: dist.Work | None = None
@@ -91,8 +91,8 @@ class Zero1(BucketedDataParallel):
     def _flatten(self, members: list[nn.Parameter]) -> ShardedBucket:
         sizes = [p.numel() for p in members]
         shard_numel, pieces = shard_pieces(sizes, self.world_size)
-        like = {"dtype": members[0].dtype, "device": members[0].device}
-        flat = torch.zeros(self.world_size * shard_numel, **like)
+        dtype, device = members[0].dtype, members[0].device
+        flat = torch.zeros(self.world_size * shard_numel, dtype=dtype, device=device)
         offsets = [0]
         with torch.no_grad():
             for param, size in zip(members, sizes, strict=True):
@@ -100,18 +100,18 @@ class Zero1(BucketedDataParallel):
                 flat[start:start + size].copy_(param.reshape(-1))
                 param.data = flat[start:start + size].view_as(param)
                 offsets.append(start + size)
+        segment_numel = shard_numel + len(members)
+        grad_input = torch.zeros(self.world_size * segment_numel, dtype=dtype, device=device) \
+            if self.keeps_full_gradients else None
         bucket = ShardedBucket(
             members, offsets[:-1], shard_numel,
             [[p for p in pieces if p.position == position] for position in range(len(members))],
-            flat)
+            flat, grad_shard=grad_input.view(self.world_size, -1)[self.rank]
+            if grad_input is not None else torch.zeros(segment_numel, dtype=dtype, device=device),
+            grad_input=grad_input)
         # The optimizer's parameters: views of this rank's shard, so its step updates ``flat``.
         bucket.mine = [(p, nn.Parameter(flat[p.start:p.stop])) for p in pieces
                        if p.rank == self.rank]
-        if self.keeps_full_gradients:
-            bucket.grad_input = torch.zeros(self.world_size * bucket.segment_numel, **like)
-            bucket.grad_shard = bucket.grad_input.view(self.world_size, -1)[self.rank]
-        else:
-            bucket.grad_shard = torch.zeros(bucket.segment_numel, **like)
         return bucket
 
     def make_optimizer(self, optimizer_class: type[torch.optim.Optimizer],
@@ -144,6 +144,8 @@ class Zero1(BucketedDataParallel):
 
     def _launch(self, bucket: int) -> None:
         shard = self.shards[bucket]
+        if shard.grad_input is None:
+            raise RuntimeError(f"bucket {bucket} launched before its gradients were stored")
         shard.work = reduce_scatter_sum(shard.grad_shard, shard.grad_input)
 
     def _complete(self, bucket: int) -> None:
