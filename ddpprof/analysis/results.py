@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from ..manifest import RunManifest
 from ..metrics.breakdown import Breakdown
 from ..metrics.comm import CollectiveCalls, CollectiveStats
+from ..metrics.groups import GroupFigures
 from ..metrics.waits import WaitSplit
 from .buckets import BucketTimeline
 from .options import LastStep
@@ -67,6 +68,8 @@ class RankResult:
     collectives: dict[str, CollectiveStats]
     overlap_by_kind: dict[str, float | None]
     calls: CollectiveCalls          # for matching across ranks (never written out)
+    #: Communication per process group (``ddpprof.metrics.groups``), by group name.
+    process_groups: list[GroupFigures] = field(default_factory=list)
     per_step: list[StepRow] = field(default_factory=list)
     timeline: Timeline | None = None
     buckets: BucketTimeline | None = None   # the middle analyzed step's all-reduce buckets

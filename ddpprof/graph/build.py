@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..analysis.calls import call_args
 from ..analysis.options import LastStep
-from ..analysis.rank import _call_args
 from ..metrics.waits import _match
 from ..trace import classify
 from ..trace.classify import KernelClassifier, Kind
@@ -338,7 +338,7 @@ def rank_steps(trace: RankTrace, rank: int, keep_last_step: bool = False,
         collectives = [(i, classify.collective_of(trace.names[trace.name_id[i]],
                                                   args.collective if args else None),
                         (args.group or "") if args else "", args.sequence if args else None)
-                       for i, args in zip(events, _call_args(trace, np.array(
+                       for i, args in zip(events, call_args(trace, np.array(
                            events, dtype=np.int64)), strict=True)]
         found.append(RankStep(number, name, lo, part, collectives))
     return found

@@ -59,8 +59,10 @@ def process_groups(config: Any) -> list[ProcessGroup]:
     groups = []
     for entry in config if isinstance(config, list) else []:
         if isinstance(entry, dict) and entry.get("pg_name") is not None:
+            desc = entry.get("pg_desc")
             groups.append(ProcessGroup(str(entry["pg_name"]), positive_int(entry.get("pg_size")),
-                                       rank_list(entry.get("ranks"))))
+                                       rank_list(entry.get("ranks")),
+                                       desc if isinstance(desc, str) else None))
     return groups
 
 
@@ -97,7 +99,7 @@ def comm_args(args: Args) -> CommArgs:
     if (args.input_dims is NO_ARGS.input_dims and args.collective is None
             and args.in_nelems is None and args.out_nelems is None and args.group is None
             and args.group_size is None and args.group_ranks is None
-            and args.sequence is None):
+            and args.sequence is None and args.group_desc is None):
         return _NO_COMM_ARGS     # most often: a wait op or a gradient without shapes
     in_bytes = message_bytes(args.in_nelems, args.dtype)
     if in_bytes is None:
@@ -108,7 +110,16 @@ def comm_args(args: Args) -> CommArgs:
     return CommArgs(collective=collective, in_bytes=in_bytes,
                     out_bytes=message_bytes(args.out_nelems, args.dtype),
                     group_size=positive_int(args.group_size) or (len(ranks) if ranks else None),
-                    group=group, group_ranks=ranks, sequence=non_negative_int(args.sequence))
+                    group=group, group_ranks=ranks, sequence=non_negative_int(args.sequence),
+                    group_desc=args.group_desc if isinstance(args.group_desc, str) else None,
+                    in_splits=split_sizes(args.in_splits), out_splits=split_sizes(args.out_splits))
+
+
+def split_sizes(value: Any) -> tuple[int, ...] | None:
+    """An all-to-all's ``In/Out split size`` (elements per peer, a list or its text): None
+    when absent or empty (an even all-to-all records ``[]``)."""
+    sizes = rank_list(value)
+    return sizes or None
 
 
 def bytes_from_shapes(args: Args) -> int | None:

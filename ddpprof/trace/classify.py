@@ -105,6 +105,23 @@ HOST_COMM = re.compile(
 #: ``c10d::_reduce_scatter_base_``): it names the collective, which a gloo span may not (gloo
 #: runs a reduce-scatter as an all-reduce, and names its span ``gloo:all_reduce``).
 C10D_COLLECTIVE = re.compile(r"^c10d::(?!barrier|monitored_barrier)(\w+)$")
+#: ddpprof's own label around the collectives of one mesh dimension (``ddpprof::group dp``,
+#: run.json's ``MeshDim.span``): the group a gloo collective went over, which gloo does not name.
+GROUP_SPAN = re.compile(r"^ddpprof::group (?P<dim>\w+)$")
+#: Spans whose collectives go over one kind of group, where nothing names the group: FSDP's
+#: own (its data-parallel shard group) and DTensor's functional collectives (tensor parallel).
+GROUP_KIND_SPANS = ((re.compile(r"^FSDP::"), "fsdp"),
+                    (re.compile(r"^_?c10d_functional::(?!wait)"), "functional"))
+#: Descriptions c10d gives groups it has no name for.
+ANONYMOUS_GROUP = frozenset({"", "undefined"})
+#: Host spans every kernel launched inside of which is communication, whatever its name
+#: (communication by structure): a collective's record, c10d and functional collective ops, the
+#: backends' spans, symmetric-memory and expert-parallel libraries' ops, and annotations of
+#: expert-parallel dispatch and combine. Waits and barriers launch no transfer of their own.
+COMM_LAUNCH_SPAN = re.compile(
+    r"^(?:record_param_comms$|c10d::(?!barrier|monitored_barrier|wait)|"
+    r"_?c10d_functional::(?!wait)|(?:nccl|rccl|hccl|xccl|ucc):|symm_mem::|deep_?ep|nvshmem|"
+    r"(?:moe_|ep_)?(?:dispatch|combine)\b)", re.IGNORECASE)
 #: Host categories whose spans are work on a thread (legacy traces have no category at all).
 HOST_WORK_CATEGORIES = frozenset({"cpu_op", "user_annotation", None})
 #: The data loader's own span inside a step (``enumerate(DataLoader)#..._Iter.__next__``).
@@ -365,6 +382,8 @@ _LIBRARY_COLLECTIVE = (
     (re.compile(r"all_?gather", re.IGNORECASE), "all_gather"),
     (re.compile(r"reduce_?scatter", re.IGNORECASE), "reduce_scatter"),
     (re.compile(r"all_?to_?all", re.IGNORECASE), "all_to_all"),
+    (re.compile(r"dispatch", re.IGNORECASE), "ep_dispatch"),
+    (re.compile(r"combine", re.IGNORECASE), "ep_combine"),
 )
 
 
@@ -413,6 +432,36 @@ def issued_collective(trace: RankTrace, op: int) -> str:
     match = C10D_COLLECTIVE.match(trace.names[trace.name_id[op]])
     assert match is not None, "not a c10d collective op"
     return normalize_collective(match.group(1))
+
+
+def launches_communication(name: str) -> bool:
+    """A host span whose launched kernels are communication (:data:`COMM_LAUNCH_SPAN`)."""
+    return bool(COMM_LAUNCH_SPAN.match(name))
+
+
+def group_span_dim(name: str) -> str | None:
+    """The mesh dimension a ``ddpprof::group`` span labels, else None."""
+    match = GROUP_SPAN.match(name)
+    return match.group("dim") if match else None
+
+
+def group_kind_of_span(name: str) -> str | None:
+    """The kind of group a span's collectives go over (:data:`GROUP_KIND_SPANS`), else None."""
+    return next((kind for pattern, kind in GROUP_KIND_SPANS if pattern.match(name)), None)
+
+
+def group_label(name: str | None, description: str | None) -> str:
+    """The name a process group is reported under: its DeviceMesh dimension when c10d
+    describes it so (``mesh_dp`` -> ``dp``), ``default`` for the default group (description
+    ``default_pg``, or c10d's name ``0`` with no description), else its description, else its
+    c10d name; ``default`` when the trace names no group."""
+    if description and description not in ANONYMOUS_GROUP:
+        if description == "default_pg":
+            return "default"
+        return description.removeprefix("mesh_") or description
+    if name in (None, "", "0", "default_pg"):
+        return "default"
+    return name
 
 
 def names_device_backend_span(name: str) -> bool:

@@ -18,8 +18,13 @@ class CommArgs:
     out_bytes: int | None = None       # the output buffer (``Out msg nelems`` × dtype)
     group_size: int | None = None
     group: str | None = None           # process group: ``Process Group Name``
+    group_desc: str | None = None      # ``Process Group Description`` ("mesh_dp")
     group_ranks: tuple[int, ...] | None = None
     sequence: int | None = None        # the process group's collective sequence number
+    #: All-to-all(v): elements sent to (``In split size``) and received from (``Out split
+    #: size``) each peer, in group rank order; None where not recorded (or recorded empty).
+    in_splits: tuple[int, ...] | None = None
+    out_splits: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,7 @@ class ProcessGroup:
     name: str
     size: int | None
     ranks: tuple[int, ...] | None
+    description: str | None = None     # ``pg_desc``: "mesh_dp", "default_pg", "undefined"
 
 
 @dataclass
