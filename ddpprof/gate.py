@@ -47,8 +47,9 @@ if TYPE_CHECKING:
     from .diff.profile import RunProfile
 
 DEFAULT_RULE = "overlap_pct >= baseline - 2"
-#: Versions of ``analyze --json`` read: 2, and 3 (with ``step_ms`` and each run's profile).
-ANALYZE_SCHEMA, ANALYZE_VERSIONS = "ddpprof.analyze", (2, 3)
+#: Versions of ``analyze --json`` read: 2, 3 (with ``step_ms`` and each run's profile) and 4
+#: (with ``process_groups``).
+ANALYZE_SCHEMA, ANALYZE_VERSIONS = "ddpprof.analyze", (2, 3, 4)
 #: Statuses a run may have and still be gated; None: no run.json (a foreign trace).
 GATEABLE_STATUSES = ("complete", None)
 _OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,

@@ -17,6 +17,7 @@ from .parts import RankParts
 if TYPE_CHECKING:
     from ..graph.build import RankStep
     from ..simulate.program import TraceModel
+    from .groups import RunGroup
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     slowest_rank: int | None = None        # the rank that made the others wait the most
     status: str | None = None              # the run.json status, None without a manifest
+    process_groups: list[RunGroup] = field(default_factory=list)   # ``analysis.groups``
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from ..trace.storage import Location
 from ..variants import VARIANT_NAMES
 from .buckets import BucketTimeline
 from .executors import Progress, executor_for
+from .groups import run_groups
 from .options import AnalysisOptions, LastStep
 from .rank import analyze_rank
 from .results import Analysis, RankResult, RunProblem, RunResult
@@ -215,6 +216,8 @@ def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[
             result.wait = waits.by_rank[result.rank]
         slowest = waits.slowest_rank
         notes = notes + [f"waiting vs transferring: {reason}" for reason in waits.unmatched]
+    groups, group_notes = run_groups(results, run.manifest)
+    notes = notes + group_notes
     step_note = _step_note(last_step, results[0].kind)
     rank_notes = list(dict.fromkeys(n for r in results for n in r.notes))
     if options.engine == "hta":
@@ -222,7 +225,8 @@ def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[
     return RunResult(name=name, folder=str(run.folder), manifest=run.manifest, ranks=results,
                      last_step=last_step, missing_ranks=missing,
                      notes=[*([step_note] if step_note else []), *notes, *rank_notes],
-                     slowest_rank=slowest, status=effective_status(run.manifest))
+                     slowest_rank=slowest, status=effective_status(run.manifest),
+                     process_groups=groups)
 
 
 def _with_recorded_params(timeline: BucketTimeline | None, manifest: RunManifest
