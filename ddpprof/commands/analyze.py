@@ -38,6 +38,8 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
                   what="a trace being analyzed")
     advice = findings(analysis.runs, cap_advice_for_runs(analysis.runs))
     tables = [console.run_table(analysis, advice)]
+    if (groups := console.group_table(analysis)) is not None:
+        tables.append(groups)
     if options.per_step:
         tables.append(console.step_table(analysis))
     paths = None
