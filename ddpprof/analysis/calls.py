@@ -22,7 +22,7 @@ import numpy as np
 from ..metrics.comm import DEFAULT_GROUP, CollectiveCalls, GroupRef, message_bytes
 from ..trace import classify
 from ..trace.events import CommArgs, ProcessGroup, RankTrace
-from ..trace.structure import enclosing, launching_host_event
+from ..trace.structure import enclosing, innermost, launching_host_event
 
 SPAN_SOURCE, KIND_SOURCE = "ddpprof::group spans", "FSDP and functional-collective spans"
 
@@ -54,6 +54,9 @@ def collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray, end
     kinds, sizes, group_sizes, groups, sequences, splits = [], [], [], [], [], []
     group_of = {g.name: g for g in trace.process_groups}
     all_args = call_args(trace, index)
+    if with_groups:
+        kinds_by_event = {**_kinds_of_issuing_ops(trace, index, all_args),
+                          **(kinds_by_event or {})}
     refs = group_refs(trace, index, all_args) if with_groups else []
     for k, (i, args) in enumerate(zip(index, all_args, strict=True)):
         args = args or CommArgs()
@@ -76,6 +79,31 @@ def collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray, end
                            group_size=pick(group_sizes), group=pick(groups),
                            sequence=pick(sequences), groups=pick(refs) if refs else [],
                            in_splits=pick(splits))
+
+
+def _kinds_of_issuing_ops(trace: RankTrace, index: np.ndarray,
+                          all_args: list[CommArgs | None]) -> dict[int, str]:
+    """The collective of device kernels whose name says only send/recv (NCCL runs an
+    all-to-all as ``ncclKernel_SendRecv``) and that declare none, as the ``c10d::`` op or
+    backend span that launched them names it (``c10d::alltoall_base_``, ``nccl:all_to_all``)."""
+    vague = np.array([int(i) for i, a in zip(index.tolist(), all_args, strict=True)
+                      if trace.stream[i] >= 0 and not (a and a.collective)
+                      and classify.collective_of(trace.names[trace.name_id[i]], None)
+                      in ("send_recv", "unknown")], dtype=np.int64)
+    if not vague.size:
+        return {}
+    ops = classify.per_name(trace, lambda n: bool(classify.C10D_COLLECTIVE.match(n) or (
+        classify.BACKEND_COLLECTIVE.match(n)))) & (trace.stream < 0)
+    launcher = launching_host_event(trace, trace.stream)[vague]
+    vague, launcher = vague[launcher >= 0], launcher[launcher >= 0]
+    found = {}
+    for event, span in zip(vague.tolist(), innermost(trace, ops, launcher).tolist(),
+                           strict=True):
+        said = "unknown" if span < 0 else classify.collective_of(
+            trace.names[trace.name_id[span]], None)
+        if said not in ("unknown", "send_recv", "send", "recv"):
+            found[event] = said
+    return found
 
 
 def group_refs(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | None]

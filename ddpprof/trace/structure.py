@@ -126,26 +126,36 @@ def structural_comm(trace: RankTrace, stream: np.ndarray, kinds: np.ndarray,
                           sorted(set(stream[kernels[found]].tolist())))
 
 
+def innermost(trace: RankTrace, spans: np.ndarray, events: np.ndarray) -> np.ndarray:
+    """For each of ``events`` (host events), the innermost of ``spans`` (a mask) on its thread
+    that holds its start: the latest-starting one that has not ended; -1 for none."""
+    index = np.flatnonzero(spans)
+    index = index[np.lexsort((trace.start_us[index], trace.thread_id[index]))]
+    thread, start = trace.thread_id[index], trace.start_us[index]
+    found = np.full(events.size, -1, dtype=np.int64)
+    for k, event in enumerate(events.tolist()):
+        t, mine = trace.start_us[event], trace.thread_id[event]
+        lo, hi = np.searchsorted(thread, mine, "left"), np.searchsorted(thread, mine, "right")
+        j = lo + np.searchsorted(start[lo:hi], t, side="right") - 1
+        while j >= lo and trace.end_us[index[j]] < t:     # a sibling that ended: look outward
+            j -= 1
+        if j >= lo:
+            found[k] = index[j]
+    return found
+
+
 def _span_names(trace: RankTrace, span_mask: np.ndarray, launchers: np.ndarray,
                 kernels: np.ndarray) -> tuple[list[str], dict[int, str]]:
     """The names of the innermost communication spans around the launches, and the collective
     a span names for each kernel whose own name says nothing (``symm_mem::multimem_all_reduce_``:
     all_reduce)."""
-    spans = np.flatnonzero(span_mask)
-    spans = spans[np.lexsort((trace.start_us[spans], trace.thread_id[spans]))]
-    span_thread, span_start = trace.thread_id[spans], trace.start_us[spans]
     names: list[str] = []
     collective: dict[int, str] = {}
-    for launcher, kernel in zip(launchers.tolist(), kernels.tolist(), strict=True):
-        t, thread = trace.start_us[launcher], trace.thread_id[launcher]
-        lo = np.searchsorted(span_thread, thread, side="left")
-        k = lo + np.searchsorted(span_start[lo:np.searchsorted(span_thread, thread, "right")],
-                                 t, side="right") - 1
-        while k >= lo and trace.end_us[spans[k]] < t:    # a sibling that ended: look outward
-            k -= 1
-        if k < lo:
+    for span, kernel in zip(innermost(trace, span_mask, launchers).tolist(), kernels.tolist(),
+                            strict=True):
+        if span < 0:
             continue
-        name = trace.names[trace.name_id[spans[k]]]
+        name = trace.names[trace.name_id[span]]
         if name not in names:
             names.append(name)
         said = classify.collective_of(name, None)
