@@ -87,7 +87,8 @@ def run_groups(results: list[RankResult], manifest: RunManifest) -> tuple[list[R
     groups: dict[str, RunGroup] = {}
     for result in results:
         for figures in result.process_groups:
-            ref = _with_mesh(figures.group.ranks, figures.group.name, result.rank, manifest)
+            ref = _with_mesh(figures.group.ranks, figures.group.name, result.rank, manifest,
+                             result.world_size)
             group = groups.setdefault(figures.group.name, RunGroup(
                 figures.group.name, figures.group.description, figures.group.source, [], {},
                 {}))
@@ -111,8 +112,8 @@ def run_groups(results: list[RankResult], manifest: RunManifest) -> tuple[list[R
     return sorted(groups.values(), key=lambda g: (g.name != "default", g.name)), notes
 
 
-def _with_mesh(ranks: tuple[int, ...] | None, name: str, rank: int, manifest: RunManifest
-               ) -> tuple[int, ...] | None:
+def _with_mesh(ranks: tuple[int, ...] | None, name: str, rank: int, manifest: RunManifest,
+               world_size: int | None) -> tuple[int, ...] | None:
     """A group's ranks; where the trace does not list them, this rank's group of the mesh
     dimension of that name in ``run.json``, or every rank for the default group."""
     if ranks is not None:
@@ -121,7 +122,7 @@ def _with_mesh(ranks: tuple[int, ...] | None, name: str, rank: int, manifest: Ru
     for dim in mesh.dims if mesh else []:
         if dim.name == name:
             return next((tuple(g.ranks) for g in dim.groups if rank in g.ranks), None)
-    world = manifest.config.world_size if manifest.config else None
+    world = world_size or (manifest.config.world_size if manifest.config else None)
     return tuple(range(world)) if name == "default" and world else None
 
 

@@ -115,12 +115,13 @@ GROUP_KIND_SPANS = ((re.compile(r"^FSDP::"), "fsdp"),
 #: Descriptions c10d gives groups it has no name for.
 ANONYMOUS_GROUP = frozenset({"", "undefined"})
 #: Host spans every kernel launched inside of which is communication, whatever its name
-#: (communication by structure): a collective's record, c10d and functional collective ops, the
-#: backends' spans, symmetric-memory and expert-parallel libraries' ops, and annotations of
-#: expert-parallel dispatch and combine. Waits and barriers launch no transfer of their own.
+#: (communication by structure): a collective's record, c10d and functional collective ops,
+#: symmetric-memory and expert-parallel libraries' ops, and annotations of expert-parallel
+#: dispatch and combine. Not the backends' spans (an MTIA trace's ``hccl:*`` spans enclose
+#: the model's own kernels); waits and barriers launch no transfer of their own.
 COMM_LAUNCH_SPAN = re.compile(
     r"^(?:record_param_comms$|c10d::(?!barrier|monitored_barrier|wait)|"
-    r"_?c10d_functional::(?!wait)|(?:nccl|rccl|hccl|xccl|ucc):|symm_mem::|deep_?ep|nvshmem|"
+    r"_?c10d_functional::(?!wait)|symm_mem::|deep_?ep|nvshmem|"
     r"(?:moe_|ep_)?(?:dispatch|combine)\b)", re.IGNORECASE)
 #: Host categories whose spans are work on a thread (legacy traces have no category at all).
 HOST_WORK_CATEGORIES = frozenset({"cpu_op", "user_annotation", None})
