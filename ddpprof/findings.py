@@ -381,11 +381,13 @@ def a2a_imbalance(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     share = (1 - 1 / ratio) * row.comm_ms_per_step / step_ms
     return _finding(
         run, "a2a_imbalance", share,
-        f"the all-to-alls of group {row.name} are uneven: rank {row.a2a_heaviest_rank} sends "
-        f"{ratio:.1f}× the mean bytes, and every all-to-all lasts as long as its heaviest "
-        "rank's share. Balance what each rank sends (experts: a load-balancing loss or a "
-        "capacity factor; embedding tables: shard them by size, not by count).",
+        f"the all-to-alls of group {row.name} are uneven: rank {row.a2a_heaviest_rank} "
+        f"{'receives' if row.a2a_imbalance_side == 'receive' else 'sends'} {ratio:.1f}× the "
+        "mean bytes, and every all-to-all lasts as long as its heaviest rank's share. Balance "
+        "the load across ranks (experts: a load-balancing loss or a capacity factor; "
+        "embedding tables: shard them by size, not by count).",
         [Evidence("group", row.name), Evidence("imbalance", round(ratio, 3), "x"),
+         Evidence("side", row.a2a_imbalance_side),
          Evidence("heaviest_rank", row.a2a_heaviest_rank),
          Evidence("comm_ms_per_step", round(row.comm_ms_per_step, 3), "ms")])
 

@@ -4,8 +4,11 @@ group selectors, communication found by structure, and findings in the user's ow
 
 from __future__ import annotations
 
+import gzip
 import json
+import math
 import re
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -199,6 +202,34 @@ def test_dlrm_all_to_alls_are_named_by_their_c10d_op_and_findings_name_no_ddppro
                                                if v not in ("single", "fsdp")))
     for finding in found:
         assert not flags.search(finding.message), finding.message
+
+
+def test_dlrm_all_to_all_receive_imbalance_from_the_c10d_ops_by_hand():
+    """Each rank's ``c10d::alltoall_base_(output, input)`` ops in order: the k-th of every rank
+    are one all-to-all. Received bytes = the output's numel × element size; the imbalance is
+    Σ over calls of the largest a rank received / Σ of the mean (rank 3's 13,312 ints in the
+    5th call dominate)."""
+    sizes = {"int": 4, "float": 4, "long int": 8}
+    received: dict[int, list[int]] = {}
+    for path in sorted(DLRM.glob("*.json.gz")):
+        document = json.loads(gzip.decompress(path.read_bytes()))
+        ops = sorted((e for e in document["traceEvents"] if e.get("ph") == "X"
+                      and e["name"] == "c10d::alltoall_base_"), key=lambda e: e["ts"])
+        received[document["distributedInfo"]["rank"]] = [
+            math.prod(e["args"]["Input Dims"][0]) * sizes[e["args"]["Input type"][0]]
+            for e in ops]
+    calls = list(zip(*received.values(), strict=True))
+    expected = sum(max(c) for c in calls) / sum(statistics.fmean(c) for c in calls)
+    [run] = analyze_paths([DLRM], AnalysisOptions(jobs=1)).runs
+    [group] = run.process_groups
+    assert group.receive_imbalance.ratio == pytest.approx(expected, rel=1e-12)
+    assert group.receive_imbalance.heaviest_rank == 3 and group.receive_imbalance.matched_calls == 5
+    assert group.imbalance.ratio == pytest.approx(1.0)    # every rank sends as much
+    [row] = to_json_document(analyze_paths([DLRM], AnalysisOptions(jobs=1)))["runs"][0][
+        "process_groups"]
+    assert (row["a2a_imbalance_side"], row["a2a_heaviest_rank"]) == ("receive", 3)
+    assert row["locality"] is None       # one host, but nothing in the trace says so
+    assert "a2a_imbalance" in {f.code for f in findings([run])}
 
 
 def test_findings_name_ddpprof_flags_only_for_runs_ddpprof_recorded():

@@ -17,6 +17,8 @@ A call's process group comes from the first source that names it:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..metrics.comm import DEFAULT_GROUP, CollectiveCalls, GroupRef, message_bytes
@@ -51,17 +53,16 @@ def collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray, end
                      with_groups: bool = False) -> CollectiveCalls:
     """The calls of the events ``index``, ordered by start; ``with_groups``: with each call's
     process group (see the module's docstring)."""
-    kinds, sizes, group_sizes, groups, sequences, splits = [], [], [], [], [], []
+    kinds, sizes, group_sizes, groups, sequences, splits, received = [], [], [], [], [], [], []
     group_of = {g.name: g for g in trace.process_groups}
     all_args = call_args(trace, index)
-    if with_groups:
-        kinds_by_event = {**_kinds_of_issuing_ops(trace, index, all_args),
-                          **(kinds_by_event or {})}
+    issued_by = _issuing_ops(trace, index, all_args) if with_groups else {}
     refs = group_refs(trace, index, all_args) if with_groups else []
     for k, (i, args) in enumerate(zip(index, all_args, strict=True)):
         args = args or CommArgs()
         kind = (kinds_by_event or {}).get(int(i)) or classify.collective_of(
             trace.names[trace.name_id[i]], args.collective)
+        kind, args = _from_issuing_ops(trace, issued_by, int(i), kind, args)
         group = group_of.get(args.group) if args.group is not None else None
         ref_ranks = refs[k].ranks if refs else None
         group_size = args.group_size or (group.size if group else None) or (
@@ -72,38 +73,55 @@ def collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray, end
         groups.append(refs[k].key if refs else args.group or "")
         sequences.append(args.sequence)
         splits.append(args.in_splits)
+        received.append(args.out_bytes)
     order = np.argsort(start[index], kind="stable")
     pick = lambda values: [values[k] for k in order]  # noqa: E731
     return CollectiveCalls(kind=pick(kinds), start_us=start[index][order],
                            end_us=end[index][order], size_bytes=pick(sizes),
                            group_size=pick(group_sizes), group=pick(groups),
                            sequence=pick(sequences), groups=pick(refs) if refs else [],
-                           in_splits=pick(splits))
+                           in_splits=pick(splits), out_bytes=pick(received))
 
 
-def _kinds_of_issuing_ops(trace: RankTrace, index: np.ndarray,
-                          all_args: list[CommArgs | None]) -> dict[int, str]:
-    """The collective of device kernels whose name says only send/recv (NCCL runs an
-    all-to-all as ``ncclKernel_SendRecv``) and that declare none, as the ``c10d::`` op or
-    backend span that launched them names it (``c10d::alltoall_base_``, ``nccl:all_to_all``)."""
-    vague = np.array([int(i) for i, a in zip(index.tolist(), all_args, strict=True)
-                      if trace.stream[i] >= 0 and not (a and a.collective)
-                      and classify.collective_of(trace.names[trace.name_id[i]], None)
-                      in ("send_recv", "unknown")], dtype=np.int64)
-    if not vague.size:
+#: ``c10d::alltoall_base_(output, input, ...)``: its first two tensors, received and sent.
+ALL_TO_ALL_OP = "c10d::alltoall_base_"
+
+
+def _issuing_ops(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | None]
+                 ) -> dict[int, int]:
+    """For device kernels that declare no collective, the innermost ``c10d::`` collective op
+    around their launch."""
+    bare = np.array([int(i) for i, a in zip(index.tolist(), all_args, strict=True)
+                     if trace.stream[i] >= 0 and not (a and a.collective)], dtype=np.int64)
+    if not bare.size:
         return {}
-    ops = classify.per_name(trace, lambda n: bool(classify.C10D_COLLECTIVE.match(n) or (
-        classify.BACKEND_COLLECTIVE.match(n)))) & (trace.stream < 0)
-    launcher = launching_host_event(trace, trace.stream)[vague]
-    vague, launcher = vague[launcher >= 0], launcher[launcher >= 0]
-    found = {}
-    for event, span in zip(vague.tolist(), innermost(trace, ops, launcher).tolist(),
-                           strict=True):
-        said = "unknown" if span < 0 else classify.collective_of(
-            trace.names[trace.name_id[span]], None)
-        if said not in ("unknown", "send_recv", "send", "recv"):
-            found[event] = said
-    return found
+    ops = classify.per_name(trace, lambda n: bool(classify.C10D_COLLECTIVE.match(n))) & (
+        trace.stream < 0)
+    if not ops.any():
+        return {}
+    launcher = launching_host_event(trace, trace.stream)[bare]
+    bare, launcher = bare[launcher >= 0], launcher[launcher >= 0]
+    return {event: op for event, op in zip(bare.tolist(), innermost(
+        trace, ops, launcher).tolist(), strict=True) if op >= 0}
+
+
+def _from_issuing_ops(trace: RankTrace, issued_by: dict[int, int], event: int, kind: str,
+                      args: CommArgs) -> tuple[str, CommArgs]:
+    """A kernel's kind and sizes where its own say too little, from the op that launched it:
+    NCCL runs an all-to-all as ``ncclKernel_SendRecv`` (the kind), and an older trace's
+    ``record_param_comms`` may not reach the kernel (the sizes of ``c10d::alltoall_base_``)."""
+    op = issued_by.get(event)
+    if op is None:
+        return kind, args
+    if kind in ("send_recv", "unknown"):
+        said = classify.collective_of(trace.names[trace.name_id[op]], None)
+        kind = said if said not in ("unknown", "send_recv", "send", "recv") else kind
+    own = trace.comm_args.get(op)
+    if (kind == "all_to_all" and args.in_bytes is None and own is not None
+            and trace.names[trace.name_id[op]] == ALL_TO_ALL_OP
+            and len(own.tensor_bytes) >= 2 and None not in own.tensor_bytes[:2]):
+        args = replace(args, out_bytes=own.tensor_bytes[0], in_bytes=own.tensor_bytes[1])
+    return kind, args
 
 
 def group_refs(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | None]

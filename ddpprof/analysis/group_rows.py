@@ -62,7 +62,8 @@ class GroupRow:
     locality: str | None                 # "intra-node", "inter-node", "mixed"; None: unknown
     intra_node_ms_per_step: float | None
     inter_node_ms_per_step: float | None
-    a2a_imbalance: float | None          # metrics.groups.Imbalance.ratio
+    a2a_imbalance: float | None          # metrics.groups.Imbalance.ratio, the worse side
+    a2a_imbalance_side: str | None       # "send" or "receive": the side it is of
     a2a_heaviest_rank: int | None
     a2a_split_imbalance: float | None    # over peers, from recorded split sizes
     calls_by_kind_per_step: dict[str, float]
@@ -102,6 +103,9 @@ def group_row(group: RunGroup) -> GroupRow:
     split = {kind: sum(r.comm_ms_per_step for r in rows if r.locality == kind) / len(rows)
              for kind in (INTRA, INTER)} if None not in where else None
     kinds = sorted({k for r in rows for k in r.calls_by_kind})
+    sides = [(i.ratio, side, i) for side, i in (("send", group.imbalance),
+                                                ("receive", group.receive_imbalance)) if i]
+    _, side, worse = max(sides, key=lambda s: s[0]) if sides else (None, None, None)
     return GroupRow(
         name=group.name, description=group.description, source=group.source, size=group.size,
         groups=[list(m) for m in sorted(group.members)], ranks=len(rows),
@@ -114,8 +118,9 @@ def group_row(group: RunGroup) -> GroupRow:
         wait_ms_per_step=mean("wait_ms_per_step"), straggler_rank=group.straggler_rank,
         locality=group.locality_of_run, intra_node_ms_per_step=split[INTRA] if split else None,
         inter_node_ms_per_step=split[INTER] if split else None,
-        a2a_imbalance=group.imbalance.ratio if group.imbalance else None,
-        a2a_heaviest_rank=group.imbalance.heaviest_rank if group.imbalance else None,
+        a2a_imbalance=worse.ratio if worse else None,
+        a2a_imbalance_side=side if worse else None,
+        a2a_heaviest_rank=worse.heaviest_rank if worse else None,
         a2a_split_imbalance=group.split_imbalance,
         calls_by_kind_per_step={k: statistics.fmean(
             r.calls_by_kind.get(k, 0) / group.steps[r.rank] for r in rows) for k in kinds})

@@ -8,7 +8,8 @@ matched across ranks within each actual group (``metrics.waits``).
 
 Where the ranks ran: ``run.json`` (``--nnodes`` and ``--nproc``: torchrun gives each node a
 contiguous block of ranks), else file names that carry a host (the profiler's default trace
-name is ``HOST_PID.TIMESTAMP.pt.trace.json``); otherwise the split cannot be told.
+name is ``HOST_PID.TIMESTAMP.pt.trace.json``, with no rank in it); otherwise the split cannot be
+told.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..metrics.comm import CollectiveCalls
 from ..metrics.groups import GroupFigures, Imbalance, send_imbalance, split_imbalance
 from ..metrics.waits import WaitSplit, matched_calls, wait_split
 from ..trace import storage
+from ..trace.args import rank_from_name
 from .results import RankResult
 
 #: The profiler's default file name: ``HOST_PID.TIMESTAMP.pt.trace.json(.gz)``.
@@ -55,6 +57,7 @@ class RunGroup:
     #: Per rank: whether its group of this name stays on one node; None where unknown.
     locality: dict[int, str | None] = field(default_factory=dict)
     imbalance: Imbalance | None = None       # all-to-all bytes sent, across ranks
+    receive_imbalance: Imbalance | None = None   # ... and received
     split_imbalance: float | None = None     # all-to-all(v) over peers, mean over ranks
 
     @property
@@ -75,7 +78,9 @@ def hosts_of(manifest: RunManifest, results: list[RankResult]) -> Hosts | None:
     config = manifest.config
     if config is not None and config.nnodes and config.nproc:
         return Hosts("run.json", nproc=config.nproc if config.nnodes > 1 else 1 << 31)
-    found = {r.rank: _HOST_IN_NAME.match(storage.name(r.path)) for r in results}
+    # a name that carries a rank (``worker3_step_12.<ms>.pt.trace.json``) is not the default
+    found = {r.rank: None if rank_from_name(r.path) is not None else _HOST_IN_NAME.match(
+        storage.name(r.path)) for r in results}
     if results and all(found.values()):
         return Hosts("trace file names", {rank: m["host"] for rank, m in found.items() if m})
     return None
@@ -134,9 +139,12 @@ def _across_ranks(group: RunGroup, calls: dict[int, CollectiveCalls], hosts: Hos
     if len(mine) >= 2:
         waits = wait_split(mine)
         group.wait, group.straggler_rank = waits.by_rank, waits.slowest_rank
-        rows = [{r: mine[r].size_bytes[i] for r, i in row.items()}
-                for row, kind in matched_calls(mine) if kind == "all_to_all"]
-        group.imbalance = send_imbalance(rows)
+        rows = [row for row, kind in matched_calls(mine) if kind == "all_to_all"]
+        group.imbalance = send_imbalance([{r: mine[r].size_bytes[i] for r, i in row.items()}
+                                          for row in rows])
+        group.receive_imbalance = send_imbalance([
+            {r: mine[r].out_bytes[i] if mine[r].out_bytes else None for r, i in row.items()}
+            for row in rows])
     splits = [split_imbalance([c.in_splits[i] for i in range(c.n)
                                if c.kind[i] == "all_to_all" and c.in_splits])
               for c in mine.values()]

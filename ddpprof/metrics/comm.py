@@ -51,6 +51,7 @@ class CollectiveCalls:
     groups: list[GroupRef] = field(default_factory=list)
     #: All-to-all(v): the elements sent to each peer, where the trace records them.
     in_splits: list[tuple[int, ...] | None] = field(default_factory=list)
+    out_bytes: list[int | None] = field(default_factory=list)   # each call's output buffer
 
     @property
     def n(self) -> int:
@@ -65,7 +66,8 @@ class CollectiveCalls:
         take = lambda values: [values[i] for i in pick.tolist()] if values else []  # noqa: E731
         return CollectiveCalls(take(self.kind), self.start_us[pick], self.end_us[pick],
                                take(self.size_bytes), take(self.group_size), take(self.group),
-                               take(self.sequence), take(self.groups), take(self.in_splits))
+                               take(self.sequence), take(self.groups), take(self.in_splits),
+                               take(self.out_bytes))
 
 
 def message_bytes(kind: str, in_bytes: int | None, out_bytes: int | None,

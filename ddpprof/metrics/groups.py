@@ -75,9 +75,9 @@ def group_figures(calls: CollectiveCalls, compute: iv.Intervals) -> list[GroupFi
 @dataclass(frozen=True)
 class Imbalance:
     """How unevenly the ranks of a group load its all-to-alls: over the calls matched across
-    ranks, ``Σ_calls max_r bytes / Σ_calls mean_r bytes`` (1 = every rank sends as much; 2 =
-    the heaviest sends twice the mean, and the others wait for it), and the rank that sent
-    the most over those calls."""
+    ranks, ``Σ_calls max_r bytes / Σ_calls mean_r bytes`` (1 = every rank sends, or receives,
+    as much; 2 = the heaviest twice the mean, and the others wait for it), and the rank with
+    the most bytes over those calls."""
 
     ratio: float
     heaviest_rank: int
@@ -85,8 +85,8 @@ class Imbalance:
 
 
 def send_imbalance(rows: list[dict[int, int | None]]) -> Imbalance | None:
-    """The imbalance of matched all-to-all calls, each ``{rank: bytes it sent}``; None where
-    no call has every member's size and two members."""
+    """The imbalance of matched all-to-all calls, each ``{rank: bytes it sent}`` (or
+    received); None where no call has every member's size and two members."""
     known = [row for row in rows if len(row) >= 2 and all(v is not None for v in row.values())]
     if not known:
         return None

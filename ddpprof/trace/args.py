@@ -112,7 +112,8 @@ def comm_args(args: Args) -> CommArgs:
                     group_size=positive_int(args.group_size) or (len(ranks) if ranks else None),
                     group=group, group_ranks=ranks, sequence=non_negative_int(args.sequence),
                     group_desc=args.group_desc if isinstance(args.group_desc, str) else None,
-                    in_splits=split_sizes(args.in_splits), out_splits=split_sizes(args.out_splits))
+                    in_splits=split_sizes(args.in_splits), out_splits=split_sizes(args.out_splits),
+                    tensor_bytes=_tensor_bytes(bytes(args.input_dims), bytes(args.input_type)))
 
 
 def split_sizes(value: Any) -> tuple[int, ...] | None:
@@ -137,24 +138,27 @@ def matmul_flops(args: Args, first: int) -> float | None:
 # Both read the arguments' JSON text, and a trace repeats the same few shapes for thousands of
 # events (every step, every layer): each distinct text is read once (a tenth of the loading
 # time of a trace heavy in matrix products, before).
-@lru_cache(maxsize=4096)
 def _bytes_from_shapes(input_dims: bytes, input_type: bytes) -> int | None:
+    total = sum(b for b in _tensor_bytes(input_dims, input_type) if b is not None)
+    return total if 0 < total < 2**62 else None
+
+
+@lru_cache(maxsize=4096)
+def _tensor_bytes(input_dims: bytes, input_type: bytes) -> tuple[int | None, ...]:
+    """numel × element size of each input, None where it is no tensor of a known type."""
     try:
         dims = msgspec.json.decode(input_dims)
         types = msgspec.json.decode(input_type)
     except msgspec.DecodeError:
-        return None
+        return ()
     if not isinstance(dims, list) or not isinstance(types, list):
-        return None
-    total = 0
+        return ()
+    found: list[int | None] = []
     for shape, type_name in zip(dims, types, strict=False):
         element = dtype_bytes(type_name) if isinstance(type_name, str) else None
-        if element is None:
-            continue
         count = numel(shape)
-        if count is not None:
-            total += count * element
-    return total if 0 < total < 2**62 else None
+        found.append(count * element if element is not None and count is not None else None)
+    return tuple(found)
 
 
 @lru_cache(maxsize=4096)

@@ -25,6 +25,9 @@ class CommArgs:
     #: size``) each peer, in group rank order; None where not recorded (or recorded empty).
     in_splits: tuple[int, ...] | None = None
     out_splits: tuple[int, ...] | None = None
+    #: Bytes of each tensor input, in order, from ``Input Dims`` and ``Input type`` (None for
+    #: a non-tensor or unknown one): ``c10d::alltoall_base_`` takes (output, input).
+    tensor_bytes: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)
