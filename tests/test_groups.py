@@ -107,6 +107,23 @@ def test_a_run_matches_each_groups_calls_by_sequence_and_names_its_straggler(tmp
     assert rank1["comm_ms_per_step"] == pytest.approx(0.050)
 
 
+def test_hosts_from_the_profilers_default_file_names_split_intra_and_inter_node(tmp_path):
+    """Ranks 0 and 1 on hosts ``node-a`` and ``node-b``: the tp group {0, 1} crosses nodes,
+    all its time is inter-node; the dp groups hold ranks 2 and 3, whose hosts are unknown."""
+    two_group_trace(tmp_path / "run" / "node-a_4242.1700000000000.pt.trace.json")
+    two_group_trace(tmp_path / "run" / "node-b_4343.1700000000001.pt.trace.json", rank=1)
+    [run] = analyze_paths([tmp_path / "run"], AnalysisOptions(jobs=1)).runs
+    groups = {g.name: g for g in run.process_groups}
+    assert groups["tp"].locality == {0: "inter-node", 1: "inter-node"}
+    assert groups["dp"].locality == {0: None, 1: None}
+    rows = {row["name"]: row for row in to_json_document(analyze_paths(
+        [tmp_path / "run"], AnalysisOptions(jobs=1)))["runs"][0]["process_groups"]}
+    assert rows["tp"]["inter_node_ms_per_step"] == pytest.approx(0.070)
+    assert rows["tp"]["intra_node_ms_per_step"] == 0
+    assert rows["dp"]["locality"] is None and rows["dp"]["inter_node_ms_per_step"] is None
+    assert not any("cannot be told" in note for note in run.notes)
+
+
 def test_the_recorded_mesh_is_split_into_its_two_dimensions():
     """Ground truth: run.json's mesh says each rank issues 8 all-gathers and 4 reduce-scatters
     over its dp group and 3 all-reduces over its tp group per step, each inside its

@@ -83,10 +83,6 @@ def collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray, end
                            in_splits=pick(splits), out_bytes=pick(received))
 
 
-#: ``c10d::alltoall_base_(output, input, ...)``: its first two tensors, received and sent.
-ALL_TO_ALL_OP = "c10d::alltoall_base_"
-
-
 def _issuing_ops(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | None]
                  ) -> dict[int, int]:
     """For device kernels that declare no collective, the innermost ``c10d::`` collective op
@@ -118,7 +114,7 @@ def _from_issuing_ops(trace: RankTrace, issued_by: dict[int, int], event: int, k
         kind = said if said not in ("unknown", "send_recv", "send", "recv") else kind
     own = trace.comm_args.get(op)
     if (kind == "all_to_all" and args.in_bytes is None and own is not None
-            and trace.names[trace.name_id[op]] == ALL_TO_ALL_OP
+            and trace.names[trace.name_id[op]] == classify.ALL_TO_ALL_OP
             and len(own.tensor_bytes) >= 2 and None not in own.tensor_bytes[:2]):
         args = replace(args, out_bytes=own.tensor_bytes[0], in_bytes=own.tensor_bytes[1])
     return kind, args

@@ -14,19 +14,15 @@ told.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from ..manifest import RunManifest
 from ..metrics.comm import CollectiveCalls
 from ..metrics.groups import GroupFigures, Imbalance, send_imbalance, split_imbalance
 from ..metrics.waits import WaitSplit, matched_calls, wait_split
-from ..trace import storage
-from ..trace.args import rank_from_name
+from ..trace.args import host_from_name
 from .results import RankResult
 
-#: The profiler's default file name: ``HOST_PID.TIMESTAMP.pt.trace.json(.gz)``.
-_HOST_IN_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json")
 INTRA, INTER, MIXED = "intra-node", "inter-node", "mixed"
 
 
@@ -78,11 +74,9 @@ def hosts_of(manifest: RunManifest, results: list[RankResult]) -> Hosts | None:
     config = manifest.config
     if config is not None and config.nnodes and config.nproc:
         return Hosts("run.json", nproc=config.nproc if config.nnodes > 1 else 1 << 31)
-    # a name that carries a rank (``worker3_step_12.<ms>.pt.trace.json``) is not the default
-    found = {r.rank: None if rank_from_name(r.path) is not None else _HOST_IN_NAME.match(
-        storage.name(r.path)) for r in results}
+    found = {r.rank: host_from_name(r.path) for r in results}
     if results and all(found.values()):
-        return Hosts("trace file names", {rank: m["host"] for rank, m in found.items() if m})
+        return Hosts("trace file names", {rank: h for rank, h in found.items() if h})
     return None
 
 

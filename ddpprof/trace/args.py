@@ -20,6 +20,7 @@ from .events import CommArgs, ProcessGroup
 from .storage import Location
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+_HOST_IN_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json")
 
 #: Bytes per element of the dtypes PyTorch writes in ``dtype`` and ``Input type``.
 DTYPE_BYTES = {
@@ -36,6 +37,16 @@ def rank_from_name(path: Location) -> int | None:
     """The rank a file name gives (``rank3``, ``worker_3``, ``rank-3``), or None."""
     match = _RANK_IN_NAME.search(storage.name(path))
     return int(match.group(1)) if match else None
+
+
+def host_from_name(path: Location) -> str | None:
+    """The host in the profiler's default trace name, ``HOST_PID.TIMESTAMP.pt.trace.json``;
+    None for any other name (one that carries a rank, ``worker3_step_12.<ms>.pt.trace.json``,
+    is not the default)."""
+    if rank_from_name(path) is not None:
+        return None
+    match = _HOST_IN_NAME.match(storage.name(path))
+    return match.group("host") if match else None
 
 
 def non_negative_int(value: Any) -> int | None:

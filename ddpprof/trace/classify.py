@@ -105,6 +105,7 @@ HOST_COMM = re.compile(
 #: ``c10d::_reduce_scatter_base_``): it names the collective, which a gloo span may not (gloo
 #: runs a reduce-scatter as an all-reduce, and names its span ``gloo:all_reduce``).
 C10D_COLLECTIVE = re.compile(r"^c10d::(?!barrier|monitored_barrier)(\w+)$")
+ALL_TO_ALL_OP = "c10d::alltoall_base_"   # (output, input, ...): received and sent tensors
 #: ddpprof's own label around the collectives of one mesh dimension (``ddpprof::group dp``,
 #: run.json's ``MeshDim.span``): the group a gloo collective went over, which gloo does not name.
 GROUP_SPAN = re.compile(r"^ddpprof::group (?P<dim>\w+)$")
@@ -447,7 +448,6 @@ def group_span_dim(name: str) -> str | None:
 
 
 def group_kind_of_span(name: str) -> str | None:
-    """The kind of group a span's collectives go over (:data:`GROUP_KIND_SPANS`), else None."""
     return next((kind for pattern, kind in GROUP_KIND_SPANS if pattern.match(name)), None)
 
 
