@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .analysis.group_rows import group_rows
 from .analysis.results import RankResult, RunResult
 from .analysis.rows import run_row
 from .units import MIB
@@ -33,6 +34,13 @@ HOST_BOUND_IDLE_PCT = 20.0       # host_bound: device idle at least this % of th
 HOST_BUSY_SHARE = 0.5            # ... and the host busy for at least this share of that idle time
 DATALOADER_PCT = 5.0             # dataloader: the data loader takes at least this % of the window
 ACCUMULATION_EXPOSED_PCT = 20.0  # grad_accum_opportunity: exposed comm at least this % of the step
+TP_EXPOSED_SHARE = 0.10          # tp_exposed: a tensor-parallel group exposed ≥ this of the step
+TP_DOMINANT_SHARE = 0.5          # ... and at least this share of all groups' exposed time
+A2A_IMBALANCE = 1.5              # a2a_imbalance: the heaviest rank sends ≥ this × the mean ...
+A2A_SHARE = 0.05                 # ... in a group whose communication is ≥ this share of the step
+#: Process group names that are tensor parallelism's (DeviceMesh's ``tp``, DTensor's functional
+#: collectives found by structure).
+TENSOR_PARALLEL_GROUPS = frozenset({"tp", "tensor", "tensor_parallel", "functional"})
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
@@ -97,6 +105,12 @@ def _sharded(run: RunResult) -> bool:
     return bool(info and info.sharded)
 
 
+def _foreign(run: RunResult) -> bool:
+    """A trace ddpprof did not record (no run.json): findings name what to change in the job,
+    never ddpprof's own flags or variants."""
+    return run.manifest.config is None
+
+
 def _step_ms(rank: RankResult) -> float:
     return rank.breakdown.window_us / 1e3 / max(rank.steps, 1)
 
@@ -120,18 +134,22 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
     if lateness < LATE_FIRST_LAUNCH or (overlap is not None and overlap >= LOW_OVERLAP_PCT):
         return None
     total = sum(b.size_bytes or 0 for b in timeline.buckets)
-    if advice is not None and advice.best_cap_mb < (advice.current_cap_mb or float("inf")):
+    if advice is not None and not _foreign(run) and advice.best_cap_mb < (
+            advice.current_cap_mb or float("inf")):
         cap, gain = advice.best_cap_mb, advice.gain_pct
         basis = (f"ddpprof simulate predicts {advice.best_step_ms:.1f} ms per step at "
                  f"{cap:g} MiB against {advice.current_step_ms:.1f} ms now")
     else:
         cap, gain = max(round(total / 4 / MIB, 1), 0.1), None
         basis = "a cap of a quarter of the gradient bytes gives four buckets to overlap"
+    remedy = (f"Make the gradient buckets smaller (DDP's bucket_cap_mb={cap:g}, or smaller "
+              f"FSDP units): {basis}" if _foreign(run) else f"Use --bucket-cap-mib {cap:g} "
+              f"({basis})")
     return _finding(
         run, "bucket_cap_too_large", _exposed_share(rank),
         f"{len(timeline.buckets)} bucket(s) for {_mb(total)} of gradients: the first gradient "
-        f"reduction starts {100 * lateness:.0f}% into backward, so little can overlap. Use "
-        f"--bucket-cap-mib {cap:g} ({basis}).",
+        f"reduction starts {100 * lateness:.0f}% into backward, so little can overlap. "
+        f"{remedy}.",
         [Evidence("buckets_per_step", len(timeline.buckets)),
          Evidence("gradient_bytes_per_step", total, "B"),
          Evidence("first_launch_into_backward", round(100 * lateness, 1), "%"),
@@ -155,9 +173,13 @@ def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     mean, half = statistics.fmean(sizes), advice.half_bandwidth_bytes
     if mean >= BELOW_HALF_BANDWIDTH * half:
         return None
-    remedy = ("shard in larger units (fewer fully_shard groups, or a larger --bucket-cap-mib)"
-              if _sharded(run) else "bucket gradients together (bucket_ddp_async or "
-              "pytorch_ddp, or a larger --bucket-cap-mib)")
+    if _foreign(run):
+        remedy = ("bring the collectives together into fewer, larger ones (DDP's gradient "
+                  "buckets, a larger bucket_cap_mb; larger FSDP units)")
+    else:
+        remedy = ("shard in larger units (fewer fully_shard groups, or a larger "
+                  "--bucket-cap-mib)" if _sharded(run) else "bucket gradients together "
+                  "(bucket_ddp_async or pytorch_ddp, or a larger --bucket-cap-mib)")
     return _finding(
         run, "latency_bound", _exposed_share(rank),
         f"{per_step:.0f} collectives per step of {_mb(mean)} on average, {half / mean:.0f}× "
@@ -235,10 +257,16 @@ def no_overlap(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     overlap, exposed = row.metrics.overlap_pct, row.metrics.comm_overhead_pct
     if overlap is None or overlap >= NO_OVERLAP_PCT or exposed < EXPOSED_PCT:
         return None
-    remedy = ("let the reduce-scatters and all-gathers run behind compute (FSDP prefetching, "
-              "asynchronous reductions; on gloo the collectives block the calling thread)"
-              if _sharded(run) else "launch them asynchronously from gradient hooks "
-              "(bucket_ddp_async, pytorch_ddp) and wait only before the optimizer step")
+    if _foreign(run):
+        remedy = ("launch the reductions asynchronously (DDP's gradient hooks, FSDP's "
+                  "reduce-scatter and all-gather prefetching) and wait only before the "
+                  "optimizer step")
+    else:
+        remedy = ("let the reduce-scatters and all-gathers run behind compute (FSDP "
+                  "prefetching, asynchronous reductions; on gloo the collectives block the "
+                  "calling thread)" if _sharded(run) else "launch them asynchronously from "
+                  "gradient hooks (bucket_ddp_async, pytorch_ddp) and wait only before the "
+                  "optimizer step")
     return _finding(
         run, "no_overlap", exposed / 100,
         f"only {overlap:.1f}% of the communication overlaps compute, and {exposed:.1f}% of "
@@ -293,19 +321,82 @@ def grad_accum_opportunity(run: RunResult, advice: CapAdvice | None) -> Finding 
     if exposed < ACCUMULATION_EXPOSED_PCT or exposed < compute:
         return None
     gain = exposed / 2
+    how = ("accumulating gradients over 2 micro-batches without syncing (no_sync in DDP, "
+           "set_requires_gradient_sync(False) in FSDP2)" if _foreign(run) else
+           "accumulating gradients over 2 micro-steps (--grad-accum 2, no_sync)")
     return _finding(
         run, "grad_accum_opportunity", exposed / 100,
         f"exposed communication ({exposed:.1f}% of the step) outweighs compute "
-        f"({compute:.1f}%): accumulating gradients over 2 micro-steps (--grad-accum 2, "
-        f"no_sync) halves the syncs per sample, about {gain:.0f}% of step time per sample.",
+        f"({compute:.1f}%): {how} halves the syncs per sample, about {gain:.0f}% of step time "
+        "per sample.",
         [Evidence("comm_overhead_pct", round(exposed, 2), "%"),
          Evidence("compute_pct", round(compute, 2), "%"), Evidence("grad_accum", row.grad_accum)],
         gain)
 
 
+def tp_exposed(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """Tensor-parallel collectives on the critical path: a tensor-parallel group
+    (:data:`TENSOR_PARALLEL_GROUPS`) exposed for at least TP_EXPOSED_SHARE of the step and for
+    at least TP_DOMINANT_SHARE of the exposed time of all groups together."""
+    rows = {row.name: row for row in group_rows(run)}
+    exposed_all = sum(row.exposed_comm_ms_per_step for row in rows.values())
+    step_ms = statistics.fmean(_step_ms(r) for r in run.ranks)
+    found = [row for name, row in rows.items() if name in TENSOR_PARALLEL_GROUPS]
+    if not found or not step_ms or not exposed_all:
+        return None
+    row = max(found, key=lambda r: r.exposed_comm_ms_per_step)
+    share = row.exposed_comm_ms_per_step / step_ms
+    if share < TP_EXPOSED_SHARE or row.exposed_comm_ms_per_step < TP_DOMINANT_SHARE * exposed_all:
+        return None
+    where = (" Its groups cross nodes: keep tensor parallelism within a node."
+             if row.locality == "inter-node" else "")
+    smaller = "" if _foreign(run) else ", or record with a smaller --tp"
+    overlap = "n/a" if row.overlap_pct is None else f"{row.overlap_pct:.0f}%"
+    return _finding(
+        run, "tp_exposed", share,
+        f"the tensor-parallel collectives (group {row.name}, {row.calls_per_step:.0f} per "
+        f"step) are exposed for {row.exposed_comm_ms_per_step:.2f} ms per step, "
+        f"{100 * share:.0f}% of the step ({overlap} overlapped): the layers wait for them. "
+        "Overlap them with the matrix products that produce and consume them (asynchronous "
+        f"tensor parallelism, sequence parallelism){smaller}.{where}",
+        [Evidence("group", row.name),
+         Evidence("exposed_ms_per_step", round(row.exposed_comm_ms_per_step, 3), "ms"),
+         Evidence("share_of_step", round(100 * share, 1), "%"),
+         Evidence("share_of_exposed_groups", round(
+             100 * row.exposed_comm_ms_per_step / exposed_all, 1), "%"),
+         Evidence("locality", row.locality)])
+
+
+def a2a_imbalance(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """Uneven all-to-alls: in a group communicating at least A2A_SHARE of the step, the
+    heaviest rank sends at least A2A_IMBALANCE × the mean bytes of the matched calls
+    (``metrics.groups.Imbalance``). What it costs is taken as the share of the group's time
+    the others spend beyond the mean: (1 − 1/ratio) × its communication time."""
+    step_ms = statistics.fmean(_step_ms(r) for r in run.ranks)
+    candidates = [row for row in group_rows(run) if row.a2a_imbalance is not None
+                  and row.a2a_imbalance >= A2A_IMBALANCE and step_ms
+                  and row.comm_ms_per_step >= A2A_SHARE * step_ms]
+    if not candidates:
+        return None
+    row = max(candidates, key=lambda r: r.a2a_imbalance or 0.0)
+    ratio = row.a2a_imbalance or 1.0
+    share = (1 - 1 / ratio) * row.comm_ms_per_step / step_ms
+    return _finding(
+        run, "a2a_imbalance", share,
+        f"the all-to-alls of group {row.name} are uneven: rank {row.a2a_heaviest_rank} "
+        f"{'receives' if row.a2a_imbalance_side == 'receive' else 'sends'} {ratio:.1f}× the "
+        "mean bytes, and every all-to-all lasts as long as its heaviest rank's share. Balance "
+        "the load across ranks (experts: a load-balancing loss or a capacity factor; "
+        "embedding tables: shard them by size, not by count).",
+        [Evidence("group", row.name), Evidence("imbalance", round(ratio, 3), "x"),
+         Evidence("side", row.a2a_imbalance_side),
+         Evidence("heaviest_rank", row.a2a_heaviest_rank),
+         Evidence("comm_ms_per_step", round(row.comm_ms_per_step, 3), "ms")])
+
+
 RULES: tuple[Callable[[RunResult, CapAdvice | None], Finding | None], ...] = (
     bucket_cap_too_large, latency_bound, exposed_tail, straggler, no_overlap, host_bound,
-    dataloader, grad_accum_opportunity)
+    dataloader, grad_accum_opportunity, tp_exposed, a2a_imbalance)
 
 
 #: A finding that names the cause makes a vaguer one about the same run redundant: with

@@ -4,7 +4,8 @@ A rule is ``METRIC OP RHS`` with OP one of ``>= <= > < ==`` and RHS a number, ``
 ``baseline + N``, ``baseline - N``, ``baseline * N``, ``baseline + N%``, ``baseline - N%``, or
 ``+N%``/``-N%`` alone (``baseline`` is the metric's value in the matched baseline run: ``step_ms
 <= +5%`` is ``step_ms <= baseline * 1.05``). METRIC is a column of a run (``overlap_pct``), or
-of one of its ranks (``overlap_pct[rank=1]``): :func:`metric_value` is the one lookup.
+of one of its ranks (``overlap_pct[rank=1]``), of one process group (``overlap_pct[dp]``) or both
+(``overlap_pct[dp, rank=1]``): :func:`metric_value` is the one lookup.
 
 With a significance level, a broken rule FAILs only when it is broken by more than the noise
 of the difference at that level (one-sided); otherwise its verdict is ``within noise``. The
@@ -47,8 +48,9 @@ if TYPE_CHECKING:
     from .diff.profile import RunProfile
 
 DEFAULT_RULE = "overlap_pct >= baseline - 2"
-#: Versions of ``analyze --json`` read: 2, and 3 (with ``step_ms`` and each run's profile).
-ANALYZE_SCHEMA, ANALYZE_VERSIONS = "ddpprof.analyze", (2, 3)
+#: Versions of ``analyze --json`` read: 2, 3 (with ``step_ms`` and each run's profile) and 4
+#: (with ``process_groups``).
+ANALYZE_SCHEMA, ANALYZE_VERSIONS = "ddpprof.analyze", (2, 3, 4)
 #: Statuses a run may have and still be gated; None: no run.json (a foreign trace).
 GATEABLE_STATUSES = ("complete", None)
 _OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
@@ -61,9 +63,10 @@ _RULE = re.compile(rf"^\s*(?P<metric>{_METRIC})\s*(?P<op>>=|<=|==|>|<)\s*"
                    rf"(?:(?P<relative>[-+])\s*(?P<pct>{_NUMBER})\s*%"
                    rf"|(?P<absolute>{_NUMBER})|baseline\s*(?:(?P<arith>[-+*])\s*"
                    rf"(?P<operand>{_NUMBER})\s*(?P<percent>%)?)?)\s*$")
-#: ``name[key=value]``: a metric of one rank (``[rank=1]``); the one place a selector is read.
-_SELECTOR = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
-                       r"(?:\[\s*(?P<key>\w+)\s*=\s*(?P<value>[^\]]*?)\s*\])?$")
+#: ``name[selectors]``: a metric of one rank (``[rank=1]``), of one process group (``[dp]``,
+#: ``[group=dp]``) or of one rank's share of a group (``[dp, rank=1]``); the one place
+#: selectors are read.
+_SELECTOR = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\[(?P<selectors>[^\]]*)\])?$")
 
 
 # --- input ---------------------------------------------------------------------------------
@@ -126,27 +129,50 @@ class ConfigKey:
 
 
 def metric_value(row: dict[str, Any], metric: str, run: str, side: str) -> Any:
-    """The value of ``metric`` in the analyze row of ``run``: a column of the run, or with a
-    selector ``[rank=N]`` of its rank N (``per_rank``). Every metric a rule names is read
-    here (a selector ``[group=NAME]`` would be read here too)."""
+    """The value of ``metric`` in the analyze row of ``run``: a column of the run; with
+    ``[rank=N]`` of its rank N (``per_rank``); with ``[NAME]`` or ``[group=NAME]`` of its
+    process group NAME (``process_groups``, by name or description: ``dp``, ``mesh_dp``);
+    with both, of rank N's share of that group. Every metric a rule names is read here."""
     match = _SELECTOR.match(metric)
     if match is None:
         raise UsageError(f"{metric!r} is not a metric name")
-    name, key, value = match["name"], match["key"], match["value"]
+    name, rank, group = match["name"], *_selectors(metric, match["selectors"])
     where = f"run {run!r}"
-    if key is not None:
-        if key != "rank" or not value.isdigit():
-            raise UsageError(f"{metric!r}: the only selector is [rank=N]")
-        ranks = [r for r in row.get("per_rank") or [] if r.get("rank") == int(value)]
+    if rank is not None:
+        ranks = [r for r in row.get("per_rank") or [] if r.get("rank") == rank]
         if not ranks:
-            raise UsageError(f"{where}: no rank {value} in the {side} results")
-        row, where = ranks[0], f"{where}, rank {value},"
+            raise UsageError(f"{where}: no rank {rank} in the {side} results")
+        row, where = ranks[0], f"{where}, rank {rank},"
+    if group is not None:
+        groups = [g for g in row.get("process_groups") or [] if isinstance(g, dict)
+                  and group in (g.get("name"), g.get("description"))]
+        if not groups:
+            raise UsageError(f"{where}: no process group {group!r} in the {side} results "
+                             "(analyze --json of version 4 lists them under process_groups)")
+        row, where = groups[0], f"{where}, group {group},"
     if name not in row:
         raise UsageError(f"{where}: no metric {name!r} in the {side} results")
     found = row[name]
     if found is not None and not _is_number(found):
         raise UsageError(f"{where}: {name} is not a number in the {side} results")
     return found
+
+
+def _selectors(metric: str, text: str | None) -> tuple[int | None, str | None]:
+    """The rank and the process group a metric's selectors name (``rank=N``, ``group=NAME``,
+    or a bare NAME for a group), each at most once."""
+    rank = group = None
+    for part in (text.split(",") if text is not None else []):
+        key, _, value = part.strip().rpartition("=")
+        key, value = key.strip(), value.strip()
+        if key == "rank" and value.isdigit() and rank is None:
+            rank = int(value)
+        elif key in ("group", "") and re.fullmatch(r"[\w.:-]+", value) and group is None:
+            group = value
+        else:
+            raise UsageError(f"{metric!r}: a selector is rank=N, group=NAME or NAME, each at "
+                             "most once ([dp], [rank=1], [dp, rank=1])")
+    return rank, group
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,10 @@ def analysis_options() -> Callable[[F], F]:
         click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX",
                      help="Also count kernels whose name matches REGEX as communication. "
                           "Repeatable."),
+        click.option("--no-structural-comm", "structural_comm", is_flag=True, default=True,
+                     flag_value=False,
+                     help="Count kernels as communication by name only, not also those "
+                          "launched inside collectives' spans (see docs/metrics.md)."),
         click.option("--engine", type=click.Choice(["native", "hta"]), default="native",
                      show_default=True,
                      help="hta: HolisticTraceAnalysis computes the GPU shares."),

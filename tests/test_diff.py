@@ -145,7 +145,7 @@ def test_cli_diff_of_traces_and_of_analyze_documents_agree(tmp_path, ddpprof_cli
                              str(tmp_path / f"{side}.json"))
         assert result.returncode == 0, result.stderr
         document = json.loads((tmp_path / f"{side}.json").read_text())
-        assert document["version"] == 3 and document["runs"][0]["profile"]["step_ms"] == \
+        assert document["version"] == 4 and document["runs"][0]["profile"]["step_ms"] == \
             pytest.approx(document["runs"][0]["step_ms"])
     from_traces = ddpprof_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json", "-")
     from_json = ddpprof_cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"),

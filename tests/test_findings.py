@@ -78,8 +78,17 @@ def test_one_bucket_matched_to_its_four_gradients(tmp_path):
     assert bucket.exposed_ms == pytest.approx(0.19)
 
 
+RECORDED = {"status": "complete", "schema_version": 3, "config": {"variant": "bucket_ddp_async",
+                                                                  "grad_accum": 1}}
+
+
 def test_bucket_cap_too_large(tmp_path):
-    late = codes(cpu_run(tmp_path / "late", lambda b, r: backward(b, late_launch=True)))
+    # a foreign trace (no run.json): the mechanism, not ddpprof's flag
+    foreign = codes(cpu_run(tmp_path / "foreign", lambda b, r: backward(b, late_launch=True)))
+    assert "DDP's bucket_cap_mb=" in foreign["bucket_cap_too_large"].message
+    assert "--" not in foreign["bucket_cap_too_large"].message
+    late = codes(cpu_run(tmp_path / "late", lambda b, r: backward(b, late_launch=True),
+                         manifest=RECORDED))
     finding = late["bucket_cap_too_large"]
     assert "--bucket-cap-mib" in finding.message
     # launched at 510 µs, backward from the first gradient (200) to the last (500): 103.3 %
@@ -184,6 +193,9 @@ def test_grad_accum_opportunity(tmp_path):
 
     found = codes(cpu_run(tmp_path / "single_step", exposed))["grad_accum_opportunity"]
     assert found.estimated_gain_pct == pytest.approx(20)   # 40 % exposed, halved
+    assert "no_sync in DDP" in found.message and "--grad-accum" not in found.message
+    recorded = codes(cpu_run(tmp_path / "recorded", exposed, manifest=RECORDED))
+    assert "--grad-accum 2" in recorded["grad_accum_opportunity"].message
     accumulated = cpu_run(tmp_path / "accumulated", exposed,
                           manifest={"status": "complete", "schema_version": 3, "config": {
                               "variant": "simple_ddp_ga", "grad_accum": 2}})

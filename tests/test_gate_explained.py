@@ -50,7 +50,9 @@ def test_a_rank_metric_is_gated():
     assert (verdict.baseline, verdict.current, verdict.verdict) == (35.0, 30.0, "FAIL")
     with pytest.raises(UsageError, match="no rank 7 in the current results"):
         evaluate([parse_rule("overlap_pct[rank=7] >= 1")], now, before)
-    with pytest.raises(UsageError, match="the only selector is"):
+    with pytest.raises(UsageError, match="a selector is rank=N, group=NAME or NAME"):
+        evaluate([parse_rule("overlap_pct[rank=1, rank=0] >= 1")], now, before)
+    with pytest.raises(UsageError, match="no process group 'dp'"):
         evaluate([parse_rule("overlap_pct[group=dp] >= 1")], now, before)
 
 

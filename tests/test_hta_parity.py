@@ -117,8 +117,10 @@ def test_default_equals_hta_without_rounding(folders, keep_last_step):
     for folder in folders:
         entry = reference[str(folder)]
         assert "error" not in entry, (folder, entry)
-        compare(entry["ranks"], ours(folder, keep_last_step=keep_last_step), 0.05,
-                f"{folder.name} exact")
+        # HTA counts communication by kernel name: the B200 trace's symmetric-memory
+        # all-reduces, communication by structure here, are compute there
+        compare(entry["ranks"], ours(folder, keep_last_step=keep_last_step,
+                                     structural_comm=False), 0.05, f"{folder.name} exact")
 
 
 @pytest.mark.parametrize("keep_last_step", [False, True], ids=["drop-last", "keep-last"])

@@ -5,6 +5,7 @@ and ``tests/fixtures/hta-gpu/``). HTA itself is run live in ``test_hta_parity.py
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from pathlib import Path
 
@@ -32,7 +33,9 @@ def analyzed(folder: Path, **options):
 @pytest.mark.parametrize("folder", FOLDERS, ids=[p.name for p in FOLDERS])
 def test_every_shared_folder_is_analyzed(folder, ddpprof_cli, tmp_path):
     out = tmp_path / "out.json"
-    result = ddpprof_cli("analyze", str(folder), "--json", str(out), "--per-step")
+    # the plain reference counts communication by name only (docs/metrics.md)
+    result = ddpprof_cli("analyze", str(folder), "--json", str(out), "--per-step",
+                         "--no-structural-comm")
     assert result.returncode == 0, result.stderr
     document = json.loads(out.read_text())
     assert document["runs"] and not document["errors"]
@@ -103,7 +106,7 @@ def test_hta_gpu_fixtures_match_htas_expected_numbers_in_compat_mode(folder):
 def test_b200_default_is_unrounded_hta_and_compat_is_hta():
     """tests/fixtures/real-traces/README.md: HTA default 12.02, with HTA_DISABLE_NS_ROUNDING=1
     12.84."""
-    [exact] = analyzed(REAL / "tracelens-b200-eager-ws8")
+    [exact] = analyzed(REAL / "tracelens-b200-eager-ws8", structural_comm=False)
     [compat] = analyzed(REAL / "tracelens-b200-eager-ws8", hta_compat=True)
     assert exact.ranks[0].breakdown.compute_pct == pytest.approx(12.84, abs=0.005)
     assert compat.ranks[0].breakdown.compute_pct == pytest.approx(12.02, abs=0.005)
@@ -111,6 +114,39 @@ def test_b200_default_is_unrounded_hta_and_compat_is_hta():
     gather = exact.ranks[0].collectives["all_gather"]
     assert gather.calls == 1 and gather.bytes_per_call == 25_136 * 2 * 8
     assert exact.missing_ranks == [(1, 7)]
+
+
+def test_b200_symmetric_memory_all_reduces_are_communication_by_structure():
+    """The 73 ``multimem_all_reduce_kernel`` launches come from ``symm_mem::multimem_all_reduce_``
+    host ops: communication by structure. Expected from the raw JSON, plainly: those kernels
+    join the NCCL all-gather in the communication lane and leave compute."""
+    path = REAL / "tracelens-b200-eager-ws8" / "eager_trace.json.gz"
+    events = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+              if e.get("ph") == "X"]
+    host_ops = {e["args"]["correlation"]: e for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    symm = [e for e in events if e.get("cat") == "cpu_op"
+            and e["name"].startswith("symm_mem::multimem_all_reduce_")]
+    found = [e for e in events if e.get("cat") == "kernel" and (launch := host_ops.get(
+        e["args"].get("correlation"))) is not None and any(
+        s["tid"] == launch["tid"] and s["ts"] <= launch["ts"] <= s["ts"] + s["dur"]
+        for s in symm)]
+    assert len(found) == 73 and {e["name"].split("<")[0] for e in found} == {
+        "void (anonymous namespace)::multimem_all_reduce_kernel"}
+    [named] = analyzed(REAL / "tracelens-b200-eager-ws8", structural_comm=False)
+    [structural] = analyzed(REAL / "tracelens-b200-eager-ws8")
+    before, after = named.ranks[0].breakdown, structural.ranks[0].breakdown
+    found_us = sum(e["dur"] for e in found)        # one stream: they never overlap
+    assert after.window_us == before.window_us
+    # (to 10 ns: ends are start + dur in float64 at a large start, rounded there)
+    assert after.comm_us == pytest.approx(before.comm_us + found_us, abs=0.01)
+    assert after.compute_us == pytest.approx(before.compute_us - found_us, abs=0.01)
+    reduces = structural.ranks[0].collectives["all_reduce"]
+    assert reduces.calls == 73 and "all_reduce" not in named.ranks[0].collectives
+    assert any("73 kernels" in n and "symm_mem::multimem_all_reduce_" in n
+               for n in structural.notes)
+    assert not any("look like communication" in n for n in structural.notes)
+    assert any("look like communication" in n for n in named.notes)
 
 
 # ---- TraceLens's gpu_timeline ---------------------------------------------------------------

@@ -26,6 +26,7 @@ class AnalysisOptions:
     timeline: bool = False             # one step's lanes per rank, for the HTML report
     hta_compat: bool = False           # HTA 0.5.0's defaults: ns rounding, NCCL-only comm
     comm_kernels: tuple[str, ...] = ()  # extra kernel-name regexes that mean communication
+    structural_comm: bool = True       # kernels found to be communication by structure count
     engine: str = "native"             # "hta": HTA itself computes the GPU shares
     jobs: int | None = None            # ranks analyzed at once (default: the cores)
     scheduler: str | None = None       # a Dask scheduler's address: analyze there

@@ -21,12 +21,15 @@ from ..metrics.breakdown import (
     hta_sort_dtype,
     overlap_pct,
 )
-from ..metrics.comm import CollectiveCalls, collective_stats, message_bytes
+from ..metrics.comm import CollectiveCalls, collective_stats
+from ..metrics.groups import group_figures
 from ..trace import classify
 from ..trace.classify import Kind
-from ..trace.events import CommArgs, RankTrace, launch_times
+from ..trace.events import RankTrace, launch_times
+from ..trace.structure import StructuralComm, structural_comm
 from . import tax
 from .buckets import BucketTimeline, bucket_timeline
+from .calls import collective_calls, issued_kinds
 from .options import AnalysisOptions, LastStep
 from .parts import device_parts, host_parts
 from .results import CommBar, HostSignals, RankResult, StepRow, Timeline
@@ -83,6 +86,10 @@ class _DeviceAnalysis:
         classifier = classify.KernelClassifier(options.comm_kernels, options.hta_compat)
         self.kinds = classify.kernel_kinds(trace, classifier)
         self.selected, self.host_kept = self._select()
+        self.structural = StructuralComm(np.zeros(trace.n_events, dtype=bool))
+        if options.structural_comm and not options.hta_compat:
+            self.structural = structural_comm(trace, stream, self.kinds, self.selected)
+            self.kinds[self.structural.mask] = Kind.COMMUNICATION
         self.order = self._hta_row_order()
 
     def _hta_row_order(self) -> np.ndarray:
@@ -149,9 +156,11 @@ class _DeviceAnalysis:
                               "(HTA 0.5.0 itself fails an assertion here); the default, "
                               "unrounded numbers are the true ones")
         call_events = sel & (self.kinds == Kind.COMMUNICATION) | host_comm_events
-        calls = _collective_calls(trace, np.flatnonzero(call_events), self.start, self.end)
+        calls = self._calls(call_events)
         is_compute = sel & (self.kinds == Kind.COMPUTE)
         compute = iv.union(self.start[is_compute], self.end[is_compute])
+        if note := self.structural.note(trace, self.start, self.end):
+            self.notes.append(note)
         self._note_classification(sel, host_comm_events)
         samples = tax.device_samples(trace, self.stream, is_compute, call_events, self.start,
                                      self._launch_positions() if self.analyzed.size else
@@ -161,7 +170,8 @@ class _DeviceAnalysis:
             backend=trace.backend, kind="gpu", last_step=self.last_step,
             steps=max(int(self.analyzed.size), 1), total_steps=0, breakdown=breakdown,
             collectives=collective_stats(calls), overlap_by_kind=_overlap_by_kind(
-                calls, compute), calls=calls, per_step=self._per_step(),
+                calls, compute), process_groups=group_figures(calls, compute), calls=calls,
+            per_step=self._per_step(),
             timeline=self._timeline(compute) if self.options.timeline else None,
             buckets=self._buckets(), host=self._host_signals(sel, host_comm),
             notes=self.notes, tax_samples=samples, parts=device_parts(
@@ -193,6 +203,10 @@ class _DeviceAnalysis:
         return on_host & (self.stream < 0) & self.host_kept & classify.per_category(
             self.trace, lambda c: c in classify.HOST_WORK_CATEGORIES)
 
+    def _calls(self, events: np.ndarray) -> CollectiveCalls:
+        return collective_calls(self.trace, np.flatnonzero(events), self.start, self.end,
+                                self.structural.collective, with_groups=True)
+
     def _note_classification(self, sel: np.ndarray, host_comm: np.ndarray) -> None:
         trace = self.trace
         if host_comm.any():
@@ -208,7 +222,7 @@ class _DeviceAnalysis:
                               "device breakdown has no communication")
         if not self.options.hta_compat:
             hta_comm = classify.per_name(trace, lambda n: bool(classify.HTA_COMM_KERNEL.match(n)))
-            widened = comm_kernels & ~hta_comm
+            widened = comm_kernels & ~hta_comm & ~self.structural.mask
             if widened.any():
                 time_ms = float(np.sum(self.end[widened] - self.start[widened])) / 1e3
                 self.notes.append(f"{int(widened.sum())} kernels ({time_ms:.2f} ms) that HTA "
@@ -311,6 +325,7 @@ class _HostAnalysis:
         self.waits = iv.union(s[self.lanes.waits], e[self.lanes.waits])
         self.compute = _compute_lane(trace, self.lanes)
         self.comm = iv.union(s[self.lanes.comm], e[self.lanes.comm])
+        self._issued = issued_kinds(trace, np.flatnonzero(self.lanes.comm))
 
     def _window(self) -> iv.Intervals:
         trace = self.trace
@@ -332,16 +347,16 @@ class _HostAnalysis:
         breakdown = host_breakdown(window, self.compute, self.comm, self.waits)
         s = trace.start_us
         in_window = self.lanes.comm & (s >= window[0][0]) & (s < window[1][-1])
-        calls = _collective_calls(trace, np.flatnonzero(in_window), trace.start_us,
-                                  trace.end_us, _issued_kinds(trace, self.lanes))
+        calls = collective_calls(trace, np.flatnonzero(in_window), trace.start_us,
+                                 trace.end_us, self._issued, with_groups=True)
         compute = iv.intersect(self.compute, window)
         return RankResult(
             path=str(trace.path), rank=rank, world_size=trace.world_size,
             backend=trace.backend, kind="cpu", last_step=self.last_step,
             steps=max(int(self.analyzed.size), 1), total_steps=0, breakdown=breakdown,
-            collectives=collective_stats(calls),
-            overlap_by_kind=_overlap_by_kind(calls, compute), calls=calls,
-            per_step=self._per_step(window),
+            collectives=collective_stats(calls), overlap_by_kind=_overlap_by_kind(calls, compute),
+            process_groups=group_figures(calls, compute),
+            calls=calls, per_step=self._per_step(window),
             timeline=self._timeline(window) if self.options.timeline else None,
             buckets=self._buckets(), host=HostSignals(_dataloader_us(trace, window), None),
             tax_samples=tax.host_samples(trace, self.lanes, self.analyzed, compute,
@@ -373,7 +388,7 @@ class _HostAnalysis:
         s = trace.start_us
         inside = self.lanes.comm & (s >= s[step]) & (s < trace.end_us[step])
         return _bucket_timeline(trace, step, np.flatnonzero(inside), s, trace.end_us,
-                                _issued_kinds(trace, self.lanes))
+                                self._issued)
 
     def _timeline(self, window: iv.Intervals) -> Timeline | None:
         trace = self.trace
@@ -400,7 +415,7 @@ def _bucket_timeline(trace: RankTrace, step: int, comm_index: np.ndarray, start:
                      ) -> BucketTimeline | None:
     """One step's gradient reductions (all-reduces, or ZeRO's reduce-scatters) as buckets,
     against its gradients' ``AccumulateGrad`` spans."""
-    calls = _collective_calls(trace, comm_index, start, end, kinds_by_event)
+    calls = collective_calls(trace, comm_index, start, end, kinds_by_event)
     kinds = {calls.kind[k] for k in range(calls.n)} & set(GRADIENT_REDUCTIONS)
     # one kind: a variant reduces gradients one way (FSDP's reduce-scatters, DDP's all-reduces)
     kind = next((k for k in GRADIENT_REDUCTIONS if k in kinds), None)
@@ -433,49 +448,6 @@ def _compute_lane(trace: RankTrace, lanes: classify.HostLanes) -> iv.Intervals:
     return iv.union(np.concatenate(starts), np.concatenate(ends))
 
 
-def _call_args(trace: RankTrace, index: np.ndarray) -> list[CommArgs | None]:
-    """Each event's collective arguments: its own, else (a kernel of an older trace) those of
-    the host op with the same External id."""
-    own = [trace.comm_args.get(int(i)) for i in index]
-    if all(a is not None and a.collective for a in own):
-        return own
-    by_external = {int(trace.external_id[i]): args for i, args in trace.comm_args.items()
-                   if trace.external_id[i] >= 0 and trace.stream[i] < 0}
-    return [a if a is not None and a.collective else by_external.get(
-        int(trace.external_id[i]), a) for i, a in zip(index, own, strict=True)]
-
-
-def _issued_kinds(trace: RankTrace, lanes: classify.HostLanes) -> dict[int, str]:
-    """Each backend span's collective as the c10d op that issued it names it
-    (``classify.issuing_ops``)."""
-    return {span: classify.issued_collective(trace, op) for span, op in classify.issuing_ops(
-        trace, np.flatnonzero(lanes.comm)).items()}
-
-
-def _collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray,
-                      end: np.ndarray, kinds_by_event: dict[int, str] | None = None
-                      ) -> CollectiveCalls:
-    kinds, sizes, group_sizes, groups, sequences = [], [], [], [], []
-    group_of = {g.name: g for g in trace.process_groups}
-    for i, args in zip(index, _call_args(trace, index), strict=True):
-        args = args or CommArgs()
-        kind = (kinds_by_event or {}).get(int(i)) or classify.collective_of(
-            trace.names[trace.name_id[i]], args.collective)
-        group = group_of.get(args.group) if args.group is not None else None
-        group_size = args.group_size or (group.size if group else None) or trace.world_size
-        kinds.append(kind)
-        group_sizes.append(group_size)
-        sizes.append(message_bytes(kind, args.in_bytes, args.out_bytes, group_size))
-        groups.append(args.group or "")
-        sequences.append(args.sequence)
-    order = np.argsort(start[index], kind="stable")
-    pick = lambda values: [values[k] for k in order]  # noqa: E731
-    return CollectiveCalls(kind=pick(kinds), start_us=start[index][order],
-                           end_us=end[index][order], size_bytes=pick(sizes),
-                           group_size=pick(group_sizes), group=pick(groups),
-                           sequence=pick(sequences))
-
-
 def _overlap_by_kind(calls: CollectiveCalls, compute: iv.Intervals) -> dict[str, float | None]:
     """Per collective kind, the share of its time that compute hides."""
     result = {}
@@ -489,7 +461,7 @@ def _lanes(trace: RankTrace, label: str, origin: float, finish: float, compute: 
            comm_index: np.ndarray, start: np.ndarray, end: np.ndarray) -> Timeline:
     """One step as a picture: compute intervals and one bar per collective, in µs from the
     step's start."""
-    calls = _collective_calls(trace, comm_index, start, end)
+    calls = collective_calls(trace, comm_index, start, end)
     shown = min(calls.n, MAX_TIMELINE_BARS)
     bars = [CommBar(float(max(calls.start_us[k], origin) - origin),
                     float(min(calls.end_us[k], finish) - origin), calls.kind[k],

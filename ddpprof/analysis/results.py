@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from ..manifest import RunManifest
 from ..metrics.breakdown import Breakdown
 from ..metrics.comm import CollectiveCalls, CollectiveStats
+from ..metrics.groups import GroupFigures
 from ..metrics.tax import OverlapTax, RankTaxSamples
 from ..metrics.waits import WaitSplit
 from .buckets import BucketTimeline
@@ -16,6 +17,7 @@ from .parts import RankParts
 
 if TYPE_CHECKING:
     from ..graph.build import RankStep
+    from .groups import RunGroup
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class RankResult:
     collectives: dict[str, CollectiveStats]
     overlap_by_kind: dict[str, float | None]
     calls: CollectiveCalls          # for matching across ranks (never written out)
+    #: Communication per process group (``ddpprof.metrics.groups``), by group name.
+    process_groups: list[GroupFigures] = field(default_factory=list)
     per_step: list[StepRow] = field(default_factory=list)
     timeline: Timeline | None = None
     buckets: BucketTimeline | None = None   # the middle analyzed step's all-reduce buckets
@@ -93,6 +97,7 @@ class RunResult:
     slowest_rank: int | None = None        # the rank that made the others wait the most
     status: str | None = None              # the run.json status, None without a manifest
     overlap_tax: OverlapTax | None = None  # see ddpprof.metrics.tax
+    process_groups: list[RunGroup] = field(default_factory=list)   # ``analysis.groups``
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from .results import Analysis, RankResult, RunProblem, RunResult, StepRow
 if TYPE_CHECKING:
     from ..findings import Finding
 
-#: 3: ``step_ms`` and each run's ``profile`` (``ddpprof diff``'s parts); version 2 reads the
-#: same without them.
-SCHEMA_VERSION = 3
+#: 4: ``process_groups`` of each run and rank; 3: ``step_ms`` and each run's ``profile``
+#: (``ddpprof diff``'s parts); version 2 reads the same without them.
+SCHEMA_VERSION = 4
 #: Collective kinds that get columns of their own in every row (others are summed in
 #: ``other_collective_calls``).
 COLUMN_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -272,6 +272,7 @@ def to_json_document(analysis: Analysis, findings: list[Finding] | None = None
     """The stable ``--json`` schema (the gate's input); ``findings`` are
     ``ddpprof.findings.Finding``s."""
     from ..diff.profile import profile_json, run_profile
+    from .group_rows import group_rows, rank_group_rows
 
     runs = []
     for run in analysis.runs:
@@ -282,9 +283,11 @@ def to_json_document(analysis: Analysis, findings: list[Finding] | None = None
             "overlap_tax": msgspec.to_builtins(run.overlap_tax.rows) if run.overlap_tax
             else None,
             "profile": profile_json(profile) if profile is not None else None,
+            "process_groups": [g.to_dict() for g in group_rows(run)],
             "per_rank": [{**rank_row(r).to_dict(), "path": r.path,
                           "memory": msgspec.to_builtins(memory_of(run, r.rank)),
                           "collectives": _collectives_json(r),
+                          "process_groups": [g.to_dict() for g in rank_group_rows(run, r.rank)],
                           **({"per_step": [StepShares.of(run.name, r.rank, s).step_json()
                                            for s in r.per_step]} if r.per_step else {})}
                          for r in run.ranks],

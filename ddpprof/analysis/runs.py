@@ -26,6 +26,7 @@ from ..trace.storage import Location
 from ..variants import VARIANT_NAMES
 from .buckets import BucketTimeline
 from .executors import Executor, Progress, executor_for
+from .groups import run_groups
 from .options import REPLAYED_STEPS, AnalysisOptions, LastStep
 from .rank import analyze_rank
 from .results import Analysis, RankResult, RunProblem, RunResult
@@ -217,6 +218,8 @@ def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[
         slowest = waits.slowest_rank
         notes = notes + [f"waiting vs transferring: {reason}" for reason in waits.unmatched]
         transfer_start = waits.transfer_start_us
+    groups, group_notes = run_groups(results, run.manifest)
+    notes = notes + group_notes
     step_note = _step_note(last_step, results[0].kind)
     rank_notes = list(dict.fromkeys(n for r in results for n in r.notes))
     if options.engine == "hta":
@@ -227,7 +230,7 @@ def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[
                      last_step=last_step, missing_ranks=missing,
                      notes=[*([step_note] if step_note else []), *notes, *rank_notes],
                      slowest_rank=slowest, status=effective_status(run.manifest),
-                     overlap_tax=tax)
+                     overlap_tax=tax, process_groups=groups)
 
 
 def _with_recorded_params(timeline: BucketTimeline | None, manifest: RunManifest

@@ -22,12 +22,14 @@ if TYPE_CHECKING:
 
 def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels: Sequence[str],
             engine: str, keep_last_step: bool, jobs: int | None, scheduler: str | None,
-            outputs: Outputs, critical_path: bool = False) -> Output:
+            outputs: Outputs, critical_path: bool = False, structural_comm: bool = True
+            ) -> Output:
     from ..trace.classify import validate_comm_patterns
 
     options = AnalysisOptions(
         keep_last_step=keep_last_step, per_step=per_step, hta_compat=hta_compat,
-        comm_kernels=tuple(validate_comm_patterns(comm_kernels)), engine=engine, jobs=jobs,
+        comm_kernels=tuple(validate_comm_patterns(comm_kernels)),
+        structural_comm=structural_comm, engine=engine, jobs=jobs,
         scheduler=scheduler or None, replay_graphs=True, step_graphs=critical_path)
     locations = [location_of(path) for path in paths]
     page_name = report_name(locations[0]) if len(locations) == 1 else "report"
@@ -40,6 +42,8 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
                   what="a trace being analyzed")
     advice = findings(analysis.runs, cap_advice_for_runs(analysis.runs))
     tables = [console.run_table(analysis, advice)]
+    if (groups := console.group_table(analysis)) is not None:
+        tables.append(groups)
     if options.per_step:
         tables.append(console.step_table(analysis))
     critical: AnalyzedPaths | None = None

@@ -122,11 +122,7 @@ def _waiting_moved(rank: RankResult, own: RankParts, waits: CallWaits | None
 
 
 def _subset(calls: CollectiveCalls, keep: np.ndarray) -> CollectiveCalls:
-    pick = np.flatnonzero(keep)
-    return CollectiveCalls([calls.kind[i] for i in pick], calls.start_us[pick],
-                           calls.end_us[pick], [calls.size_bytes[i] for i in pick],
-                           [calls.group_size[i] for i in pick], [calls.group[i] for i in pick],
-                           [calls.sequence[i] for i in pick])
+    return calls.subset(np.flatnonzero(keep))
 
 
 def _collectives(ranks: list[RankResult]) -> list[CollectiveItem]:

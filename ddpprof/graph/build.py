@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
+from ..analysis.calls import call_args
 from ..analysis.options import LastStep
-from ..analysis.rank import _call_args
 from ..metrics.comm import message_bytes
 from ..metrics.waits import _match
 from ..trace import classify
@@ -350,7 +350,7 @@ def rank_steps(trace: RankTrace, rank: int, keep_last_step: bool = False,
     for number, name, lo, hi, thread in steps:
         part = _rank_part(p, rank, lo, hi, thread)
         events = sorted(part.collectives, key=lambda i: trace.start_us[i])
-        arguments = _call_args(trace, np.array(events, dtype=np.int64))
+        arguments = call_args(trace, np.array(events, dtype=np.int64))
         collectives = [(i, classify.collective_of(trace.names[trace.name_id[i]],
                                                   args.collective if args else None),
                         (args.group or "") if args else "", args.sequence if args else None)

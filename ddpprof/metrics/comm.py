@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,6 +20,22 @@ BUS_FACTOR: dict[str, Callable[[int], float]] = {
 
 
 @dataclass(frozen=True)
+class GroupRef:
+    """The process group a collective call went over, as far as the trace tells."""
+
+    key: str                          # its identity across ranks: c10d's name, "" when unnamed
+    name: str                         # what it is reported under (``classify.group_label``)
+    description: str | None = None    # c10d's description ("mesh_dp")
+    ranks: tuple[int, ...] | None = None
+    #: Where the group came from: "trace arguments" (``record_param_comms``), "ddpprof::group
+    #: spans", "FSDP and functional-collective spans", or "none" (the default group).
+    source: str = "none"
+
+
+DEFAULT_GROUP = GroupRef("", "default")
+
+
+@dataclass(frozen=True)
 class CollectiveCalls:
     """One rank's collective calls in the analyzed window, one entry per call (arrays of equal
     length): what the statistics and the cross-rank matching are computed from."""
@@ -31,10 +47,27 @@ class CollectiveCalls:
     group_size: list[int | None]
     group: list[str]                  # process group, or "" when the trace does not say
     sequence: list[int | None]
+    #: Each call's process group (``GroupRef.key`` is ``group``); empty: all default.
+    groups: list[GroupRef] = field(default_factory=list)
+    #: All-to-all(v): the elements sent to each peer, where the trace records them.
+    in_splits: list[tuple[int, ...] | None] = field(default_factory=list)
+    out_bytes: list[int | None] = field(default_factory=list)   # each call's output buffer
 
     @property
     def n(self) -> int:
         return len(self.kind)
+
+    def group_of(self, i: int) -> GroupRef:
+        return self.groups[i] if self.groups else DEFAULT_GROUP
+
+    def subset(self, pick: np.ndarray) -> CollectiveCalls:
+        """The calls at indices ``pick``, in that order."""
+        pick = np.asarray(pick, dtype=np.int64)
+        take = lambda values: [values[i] for i in pick.tolist()] if values else []  # noqa: E731
+        return CollectiveCalls(take(self.kind), self.start_us[pick], self.end_us[pick],
+                               take(self.size_bytes), take(self.group_size), take(self.group),
+                               take(self.sequence), take(self.groups), take(self.in_splits),
+                               take(self.out_bytes))
 
 
 def message_bytes(kind: str, in_bytes: int | None, out_bytes: int | None,
@@ -71,17 +104,29 @@ def collective_stats(calls: CollectiveCalls) -> dict[str, CollectiveStats]:
     for kind in sorted(set(calls.kind)):
         picked = [i for i, k in enumerate(calls.kind) if k == kind]
         total_us = float(durations[picked].sum())
-        sizes = [size for i in picked if (size := calls.size_bytes[i]) is not None]
-        total_bytes = float(sum(sizes)) if len(sizes) == len(picked) else None
-        algbw = total_bytes / total_us / 1e3 if total_bytes is not None and total_us > 0 else None
-        factor = BUS_FACTOR.get(kind)
-        groups = [g for i in picked if (g := calls.group_size[i]) is not None and g > 1]
-        busbw = None
-        if algbw is not None and factor and len(groups) == len(picked):
-            bus_bytes = sum(s * factor(g) for s, g in zip(sizes, groups, strict=True))
-            busbw = bus_bytes / total_us / 1e3
+        total_bytes, algbw, busbw = bandwidth(calls, picked, total_us)
         stats[kind] = CollectiveStats(
             calls=len(picked), total_us=total_us,
             bytes_per_call=total_bytes / len(picked) if total_bytes is not None else None,
             algbw_gbps=algbw, busbw_gbps=busbw)
     return stats
+
+
+def bandwidth(calls: CollectiveCalls, picked: list[int], total_us: float
+              ) -> tuple[float | None, float | None, float | None]:
+    """Total bytes of the calls ``picked``, their algorithm bandwidth (bytes / ``total_us``,
+    the sum of their durations, in GB/s) and bus bandwidth (each call's bytes × the bus factor
+    of its kind at its own group's size, over the same time). Each None where some call's
+    size (or, for bus bandwidth, kind factor or group size above 1) is unknown."""
+    sizes = [s for i in picked if (s := calls.size_bytes[i]) is not None]
+    if not picked or len(sizes) < len(picked):
+        return None, None, None
+    total_bytes = float(sum(sizes))
+    algbw = total_bytes / total_us / 1e3 if total_us > 0 else None
+    factors = [f for i in picked if (f := BUS_FACTOR.get(calls.kind[i])) is not None]
+    groups = [g for i in picked if (g := calls.group_size[i]) is not None and g > 1]
+    busbw = None
+    if algbw is not None and len(factors) == len(groups) == len(picked):
+        bus_bytes = sum(s * f(g) for s, f, g in zip(sizes, factors, groups, strict=True))
+        busbw = bus_bytes / total_us / 1e3
+    return total_bytes, algbw, busbw

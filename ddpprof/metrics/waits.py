@@ -60,10 +60,18 @@ def _instances(calls: CollectiveCalls, group: str, kind: str
     return np.array(picked, dtype=np.int64), [calls.sequence[i] for i in picked]
 
 
+def matched_calls(calls_by_rank: dict[int, CollectiveCalls]
+                  ) -> Iterator[tuple[dict[int, int], str]]:
+    """Every call matched across ranks (``{rank: its index in that rank's calls}``), and its
+    kind."""
+    for rows, _, _, kind in _matched_calls(calls_by_rank, []):
+        yield rows, kind
+
+
 def _matched_calls(calls_by_rank: dict[int, CollectiveCalls], unmatched: list[str]
-                   ) -> Iterator[tuple[dict[int, int], int, float]]:
+                   ) -> Iterator[tuple[dict[int, int], int, float, str]]:
     """Every call matched across ranks: ``{rank: its index in that rank's calls}``, the rank
-    that arrived last and when."""
+    that arrived last and when, and the call's kind."""
     keys = sorted({(c.group[i], c.kind[i]) for c in calls_by_rank.values() for i in range(c.n)})
     for group, kind in keys:
         members = {rank: _instances(calls, group, kind) for rank, calls in calls_by_rank.items()}
@@ -73,7 +81,7 @@ def _matched_calls(calls_by_rank: dict[int, CollectiveCalls], unmatched: list[st
         for rows in _match(members, f"{kind} in group {group or 'default'}", unmatched):
             starts = {r: calls_by_rank[r].start_us[i] for r, i in rows.items()}
             last_rank = max(starts, key=lambda r: (starts[r], r))
-            yield rows, last_rank, float(starts[last_rank])
+            yield rows, last_rank, float(starts[last_rank]), kind
 
 
 @dataclass(frozen=True)
@@ -89,7 +97,7 @@ class CallWaits:
 def call_waits(calls_by_rank: dict[int, CollectiveCalls]) -> dict[int, CallWaits]:
     """Per rank, every call that waited for a later rank (see the module's docstring)."""
     found: dict[int, list[tuple[int, float, int]]] = {rank: [] for rank in calls_by_rank}
-    for rows, last_rank, last_start in _matched_calls(calls_by_rank, []):
+    for rows, last_rank, last_start, _ in _matched_calls(calls_by_rank, []):
         for rank, i in rows.items():
             start, end = calls_by_rank[rank].start_us[i], calls_by_rank[rank].end_us[i]
             wait = min(max(last_start - start, 0.0), end - start)
@@ -107,7 +115,7 @@ def wait_split(calls_by_rank: dict[int, CollectiveCalls]) -> WaitAnalysis:
     waiting: dict[int, list[tuple[float, float]]] = {rank: [] for rank in calls_by_rank}
     unmatched: list[str] = []
     transfer_start = {rank: calls.start_us.copy() for rank, calls in calls_by_rank.items()}
-    for rows, last_rank, last_start in _matched_calls(calls_by_rank, unmatched):
+    for rows, last_rank, last_start, _ in _matched_calls(calls_by_rank, unmatched):
         for rank, i in rows.items():
             start, end = calls_by_rank[rank].start_us[i], calls_by_rank[rank].end_us[i]
             transfer = min(max(end - last_start, 0.0), end - start)

@@ -45,6 +45,31 @@ def run_table(analysis: Analysis, findings: list[Finding]) -> Table:
     return Table([*RUN_COLUMNS, *rest], lines)
 
 
+#: The per-process-group table: one row per group of each run with two groups or more (the
+#: means over the group's ranks, ``analysis.group_rows.GroupRow``), 100 columns wide.
+GROUP_COLUMNS = [Column("run", max_width=16), Column("name", "group", max_width=10),
+                 Column("size"), Column("calls_per_step", "calls/step"),
+                 Column("comm_ms_per_step", "comm_ms"),
+                 Column("exposed_comm_ms_per_step", "exposed_ms"), Column("overlap_pct"),
+                 Column("busbw_gbps"), Column("wait_ms_per_step", "wait_ms"),
+                 Column("straggler_rank", "straggler")]
+_GROUP_WIDE = ("description", "source", "bytes_per_step", "algbw_gbps", "transfer_ms_per_step",
+               "locality", "intra_node_ms_per_step", "inter_node_ms_per_step", "a2a_imbalance",
+               "a2a_heaviest_rank", "a2a_split_imbalance")
+
+
+def group_table(analysis: Analysis) -> Table | None:
+    """Communication per process group, for the runs that have two groups or more."""
+    from ..analysis.group_rows import group_rows
+
+    lines = [{"run": run.name, **row.to_dict()} for run in analysis.runs
+             if len(run.process_groups) > 1 for row in group_rows(run)]
+    if not lines:
+        return None
+    return Table([*GROUP_COLUMNS, *(Column(key, wide=True) for key in _GROUP_WIDE)], lines,
+                 title="Per process group (per step, mean over the group's ranks)")
+
+
 def step_table(analysis: Analysis) -> Table:
     return Table(PER_STEP_COLUMNS, step_rows(analysis), title="Per step")
 

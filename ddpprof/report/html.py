@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from ..analysis import Analysis, RunResult, rank_row, run_row
+from ..analysis.group_rows import group_rows
 from ..analysis.rows import COLUMN_KINDS, CollectiveRow, RunRow, memory_of, peak_memory_mib
 from ..findings import Finding
 from ..units import MIB
@@ -251,6 +252,26 @@ def rank_tables(analysis: Analysis) -> list[dict[str, Any]]:
             for run in analysis.runs]
 
 
+GROUP_COLUMNS = [
+    ("name", "Group"), ("description", "Description"), ("groups", "Ranks"),
+    ("calls_per_step", "Calls / step"), ("bytes_per_step", "Bytes / step"),
+    ("comm_ms_per_step", "Comm ms / step"), ("exposed_comm_ms_per_step", "Exposed ms / step"),
+    ("overlap_pct", "Overlap %"), ("busbw_gbps", "Bus GB/s"),
+    ("wait_ms_per_step", "Wait ms / step"), ("straggler_rank", "Straggler"),
+    ("locality", "Node"), ("a2a_imbalance", "All-to-all imbalance"), ("source", "Found by"),
+]
+
+
+def group_tables(analysis: Analysis) -> list[dict[str, Any]]:
+    """Per run with named process groups, one row per group (``GroupRow``)."""
+    return [{"run": run.name, "rows": [{**row.to_dict(), "groups": " | ".join(
+                 ",".join(map(str, ranks)) for ranks in row.groups) or None}
+                 for row in group_rows(run)]}
+            for run in analysis.runs
+            if len(run.process_groups) > 1 or any(g.name != "default"
+                                                  for g in run.process_groups)]
+
+
 def _rank_memory(run: RunResult, rank: int) -> dict[str, float | None]:
     row = memory_of(run, rank)
     if row is None:
@@ -372,6 +393,7 @@ def render_report(analysis: Analysis, title: str, findings: list[Finding] | None
         columns=TABLE_COLUMNS, rows=comparison_rows(run_rows), cell=format_cell,
         figures=html_figures,
         rank_columns=RANK_COLUMNS, rank_tables=rank_tables(analysis),
+        group_columns=GROUP_COLUMNS, group_tables=group_tables(analysis),
         timelines=html_timelines, bucket_columns=BUCKET_COLUMNS, bucket_tables=buckets,
         figure_count=len(html_figures) + len(html_timelines) + sum(
             1 for b in buckets if b["figure"]),

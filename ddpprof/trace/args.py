@@ -20,6 +20,7 @@ from .events import CommArgs, ProcessGroup
 from .storage import Location
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+_HOST_IN_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json")
 
 #: Bytes per element of the dtypes PyTorch writes in ``dtype`` and ``Input type``.
 DTYPE_BYTES = {
@@ -36,6 +37,16 @@ def rank_from_name(path: Location) -> int | None:
     """The rank a file name gives (``rank3``, ``worker_3``, ``rank-3``), or None."""
     match = _RANK_IN_NAME.search(storage.name(path))
     return int(match.group(1)) if match else None
+
+
+def host_from_name(path: Location) -> str | None:
+    """The host in the profiler's default trace name, ``HOST_PID.TIMESTAMP.pt.trace.json``;
+    None for any other name (one that carries a rank, ``worker3_step_12.<ms>.pt.trace.json``,
+    is not the default)."""
+    if rank_from_name(path) is not None:
+        return None
+    match = _HOST_IN_NAME.match(storage.name(path))
+    return match.group("host") if match else None
 
 
 def non_negative_int(value: Any) -> int | None:
@@ -59,8 +70,10 @@ def process_groups(config: Any) -> list[ProcessGroup]:
     groups = []
     for entry in config if isinstance(config, list) else []:
         if isinstance(entry, dict) and entry.get("pg_name") is not None:
+            desc = entry.get("pg_desc")
             groups.append(ProcessGroup(str(entry["pg_name"]), positive_int(entry.get("pg_size")),
-                                       rank_list(entry.get("ranks"))))
+                                       rank_list(entry.get("ranks")),
+                                       desc if isinstance(desc, str) else None))
     return groups
 
 
@@ -97,7 +110,7 @@ def comm_args(args: Args) -> CommArgs:
     if (args.input_dims is NO_ARGS.input_dims and args.collective is None
             and args.in_nelems is None and args.out_nelems is None and args.group is None
             and args.group_size is None and args.group_ranks is None
-            and args.sequence is None):
+            and args.sequence is None and args.group_desc is None):
         return _NO_COMM_ARGS     # most often: a wait op or a gradient without shapes
     in_bytes = message_bytes(args.in_nelems, args.dtype)
     if in_bytes is None:
@@ -108,7 +121,17 @@ def comm_args(args: Args) -> CommArgs:
     return CommArgs(collective=collective, in_bytes=in_bytes,
                     out_bytes=message_bytes(args.out_nelems, args.dtype),
                     group_size=positive_int(args.group_size) or (len(ranks) if ranks else None),
-                    group=group, group_ranks=ranks, sequence=non_negative_int(args.sequence))
+                    group=group, group_ranks=ranks, sequence=non_negative_int(args.sequence),
+                    group_desc=args.group_desc if isinstance(args.group_desc, str) else None,
+                    in_splits=split_sizes(args.in_splits), out_splits=split_sizes(args.out_splits),
+                    tensor_bytes=_tensor_bytes(bytes(args.input_dims), bytes(args.input_type)))
+
+
+def split_sizes(value: Any) -> tuple[int, ...] | None:
+    """An all-to-all's ``In/Out split size`` (elements per peer, a list or its text): None
+    when absent or empty (an even all-to-all records ``[]``)."""
+    sizes = rank_list(value)
+    return sizes or None
 
 
 def bytes_from_shapes(args: Args) -> int | None:
@@ -126,24 +149,27 @@ def matmul_flops(args: Args, first: int) -> float | None:
 # Both read the arguments' JSON text, and a trace repeats the same few shapes for thousands of
 # events (every step, every layer): each distinct text is read once (a tenth of the loading
 # time of a trace heavy in matrix products, before).
-@lru_cache(maxsize=4096)
 def _bytes_from_shapes(input_dims: bytes, input_type: bytes) -> int | None:
+    total = sum(b for b in _tensor_bytes(input_dims, input_type) if b is not None)
+    return total if 0 < total < 2**62 else None
+
+
+@lru_cache(maxsize=4096)
+def _tensor_bytes(input_dims: bytes, input_type: bytes) -> tuple[int | None, ...]:
+    """numel × element size of each input, None where it is no tensor of a known type."""
     try:
         dims = msgspec.json.decode(input_dims)
         types = msgspec.json.decode(input_type)
     except msgspec.DecodeError:
-        return None
+        return ()
     if not isinstance(dims, list) or not isinstance(types, list):
-        return None
-    total = 0
+        return ()
+    found: list[int | None] = []
     for shape, type_name in zip(dims, types, strict=False):
         element = dtype_bytes(type_name) if isinstance(type_name, str) else None
-        if element is None:
-            continue
         count = numel(shape)
-        if count is not None:
-            total += count * element
-    return total if 0 < total < 2**62 else None
+        found.append(count * element if element is not None and count is not None else None)
+    return tuple(found)
 
 
 @lru_cache(maxsize=4096)

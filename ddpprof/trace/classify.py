@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .comm_kernels import COMM_KERNEL_PATTERNS, SUSPECTED_COMM_KERNELS
 from .events import RankTrace
 
 
@@ -29,47 +30,6 @@ class Kind(IntEnum):
     MEMORY = 2
     OTHER = 3
 
-
-@dataclass(frozen=True)
-class CommPattern:
-    """A regular expression, searched in a device kernel's name, that means communication."""
-
-    library: str
-    regex: str
-    source: str
-
-
-#: The one table of kernel names that are communication, each with where the name comes from.
-#: HTA 0.5.0 knows only the first; ``--hta-compat`` uses only that one.
-COMM_KERNEL_PATTERNS: tuple[CommPattern, ...] = (
-    CommPattern("NCCL", r"^nccl.*Kernel",
-                "NCCL ncclKernel_*/ncclDevKernel_*; HTA 0.5.0 hta/utils/utils.py NCCL_KERNEL_RE"),
-    CommPattern("RCCL", r"^rccl|^nccl.*Kernel",
-                "ROCm RCCL keeps NCCL's kernel names (ncclDevKernel_Generic, ...); rccl* too"),
-    CommPattern("DeepEP", r"deep_ep::",
-                "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu: "
-                "dispatch, combine, notify_dispatch, cached_notify, ... in namespace deep_ep"),
-    CommPattern("NVSHMEM", r"nvshmem",
-                "NVIDIA NVSHMEM device collectives and proxies (nvshmemi_*, nvshmem_*)"),
-    CommPattern("vLLM custom all-reduce", r"cross_device_reduce_(?:1|2)stage",
-                "vllm-project/vllm csrc/custom_all_reduce.cuh (also used by SGLang)"),
-    CommPattern("MSCCL++", r"mscclpp",
-                "microsoft/mscclpp kernels (mscclpp::...)"),
-    CommPattern("HCCL", r"^hcom_|^hccl",
-                "Ascend HCCL device tasks (hcom_allReduce_..., hccl...)"),
-)
-
-#: Kernels that are communication but that HTA, TraceLens and tb_plugin count as compute, so
-#: counting them here would move compute % away from every reference tool. They are reported
-#: in a note that says how to count them (``--comm-kernel``).
-SUSPECTED_COMM_KERNELS: tuple[CommPattern, ...] = (
-    CommPattern("PyTorch symmetric memory", r"multimem_all_reduce|one_shot_all_reduce|"
-                r"two_shot_all_reduce|multimem_all_gather|multimem_reduce_scatter",
-                "pytorch torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu"),
-    CommPattern("TensorRT-LLM custom all-reduce", r"allreduce_fusion_kernel|"
-                r"oneShotAllReduceKernel|twoShotAllReduceKernel",
-                "NVIDIA TensorRT-LLM cpp/tensorrt_llm/kernels/customAllReduceKernels.cu"),
-)
 
 HTA_COMM_KERNEL = re.compile(COMM_KERNEL_PATTERNS[0].regex)
 MEMORY_KERNEL = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
@@ -106,6 +66,25 @@ HOST_COMM = re.compile(
 #: ``c10d::_reduce_scatter_base_``): it names the collective, which a gloo span may not (gloo
 #: runs a reduce-scatter as an all-reduce, and names its span ``gloo:all_reduce``).
 C10D_COLLECTIVE = re.compile(r"^c10d::(?!barrier|monitored_barrier)(\w+)$")
+ALL_TO_ALL_OP = "c10d::alltoall_base_"   # (output, input, ...): received and sent tensors
+#: ddpprof's own label around the collectives of one mesh dimension (``ddpprof::group dp``,
+#: run.json's ``MeshDim.span``): the group a gloo collective went over, which gloo does not name.
+GROUP_SPAN = re.compile(r"^ddpprof::group (?P<dim>\w+)$")
+#: Spans whose collectives go over one kind of group, where nothing names the group: FSDP's
+#: own (its data-parallel shard group) and DTensor's functional collectives (tensor parallel).
+GROUP_KIND_SPANS = ((re.compile(r"^FSDP::"), "fsdp"),
+                    (re.compile(r"^_?c10d_functional::(?!wait)"), "functional"))
+#: Descriptions c10d gives groups it has no name for.
+ANONYMOUS_GROUP = frozenset({"", "undefined"})
+#: Host spans every kernel launched inside of which is communication, whatever its name
+#: (communication by structure): a collective's record, c10d and functional collective ops,
+#: symmetric-memory and expert-parallel libraries' ops, and annotations of expert-parallel
+#: dispatch and combine. Not the backends' spans (an MTIA trace's ``hccl:*`` spans enclose
+#: the model's own kernels); waits and barriers launch no transfer of their own.
+COMM_LAUNCH_SPAN = re.compile(
+    r"^(?:record_param_comms$|c10d::(?!barrier|monitored_barrier|wait)|"
+    r"_?c10d_functional::(?!wait)|symm_mem::|deep_?ep|nvshmem|"
+    r"(?:moe_|ep_)?(?:dispatch|combine)\b)", re.IGNORECASE)
 #: Host categories whose spans are work on a thread (legacy traces have no category at all).
 HOST_WORK_CATEGORIES = frozenset({"cpu_op", "user_annotation", None})
 #: The data loader's own span inside a step (``enumerate(DataLoader)#..._Iter.__next__``).
@@ -375,6 +354,8 @@ _LIBRARY_COLLECTIVE = (
     (re.compile(r"all_?gather", re.IGNORECASE), "all_gather"),
     (re.compile(r"reduce_?scatter", re.IGNORECASE), "reduce_scatter"),
     (re.compile(r"all_?to_?all", re.IGNORECASE), "all_to_all"),
+    (re.compile(r"dispatch", re.IGNORECASE), "ep_dispatch"),
+    (re.compile(r"combine", re.IGNORECASE), "ep_combine"),
 )
 
 
@@ -423,6 +404,35 @@ def issued_collective(trace: RankTrace, op: int) -> str:
     match = C10D_COLLECTIVE.match(trace.names[trace.name_id[op]])
     assert match is not None, "not a c10d collective op"
     return normalize_collective(match.group(1))
+
+
+def launches_communication(name: str) -> bool:
+    """A host span whose launched kernels are communication (:data:`COMM_LAUNCH_SPAN`)."""
+    return bool(COMM_LAUNCH_SPAN.match(name))
+
+
+def group_span_dim(name: str) -> str | None:
+    """The mesh dimension a ``ddpprof::group`` span labels, else None."""
+    match = GROUP_SPAN.match(name)
+    return match.group("dim") if match else None
+
+
+def group_kind_of_span(name: str) -> str | None:
+    return next((kind for pattern, kind in GROUP_KIND_SPANS if pattern.match(name)), None)
+
+
+def group_label(name: str | None, description: str | None) -> str:
+    """The name a process group is reported under: its DeviceMesh dimension when c10d
+    describes it so (``mesh_dp`` -> ``dp``), ``default`` for the default group (description
+    ``default_pg``, or c10d's name ``0`` with no description), else its description, else its
+    c10d name; ``default`` when the trace names no group."""
+    if description and description not in ANONYMOUS_GROUP:
+        if description == "default_pg":
+            return "default"
+        return description.removeprefix("mesh_") or description
+    if name in (None, "", "0", "default_pg"):
+        return "default"
+    return name
 
 
 def names_device_backend_span(name: str) -> bool:

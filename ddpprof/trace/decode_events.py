@@ -37,7 +37,10 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
     dtype: Any = None
     group_size: Any = msgspec.field(name="Group size", default=None)
+    in_splits: Any = msgspec.field(name="In split size", default=None)
+    out_splits: Any = msgspec.field(name="Out split size", default=None)
     group: Any = msgspec.field(name="Process Group Name", default=None)
+    group_desc: Any = msgspec.field(name="Process Group Description", default=None)
     group_ranks: Any = msgspec.field(name="Process Group Ranks", default=None)
     sequence: Any = msgspec.field(name="Seq", default=None)
     thread_label: Any = msgspec.field(name="name", default=None)

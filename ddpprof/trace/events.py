@@ -18,8 +18,16 @@ class CommArgs:
     out_bytes: int | None = None       # the output buffer (``Out msg nelems`` × dtype)
     group_size: int | None = None
     group: str | None = None           # process group: ``Process Group Name``
+    group_desc: str | None = None      # ``Process Group Description`` ("mesh_dp")
     group_ranks: tuple[int, ...] | None = None
     sequence: int | None = None        # the process group's collective sequence number
+    #: All-to-all(v): elements sent to (``In split size``) and received from (``Out split
+    #: size``) each peer, in group rank order; None where not recorded (or recorded empty).
+    in_splits: tuple[int, ...] | None = None
+    out_splits: tuple[int, ...] | None = None
+    #: Bytes of each tensor input, in order, from ``Input Dims`` and ``Input type`` (None for
+    #: a non-tensor or unknown one): ``c10d::alltoall_base_`` takes (output, input).
+    tensor_bytes: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,7 @@ class ProcessGroup:
     name: str
     size: int | None
     ranks: tuple[int, ...] | None
+    description: str | None = None     # ``pg_desc``: "mesh_dp", "default_pg", "undefined"
 
 
 @dataclass
