@@ -13,7 +13,7 @@ import msgspec
 from .. import progress
 from ..analysis import AnalysisOptions, analyze_paths
 from ..analysis.results import Analysis
-from ..atomic import check_output, is_stdout, json_text, refuse_inputs, write_text
+from ..atomic import check_output, is_stdout, json_text, refuse_inputs, write_output
 from ..errors import UsageError
 from ..findings import Finding
 from ..graph.advice import with_critical_path
@@ -79,7 +79,7 @@ def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[s
     if not errors and not steps:
         errors.append("no step of any run could be analyzed")
     if graph_json is not None:
-        write_text(graph_json, json_text({
+        write_output("--graph-json", graph_json, json_text({
             "schema": "ddpprof.step-graphs", "version": 1,
             "runs": {name: [msgspec.to_builtins(g) for g in found]
                      for name, found in graphs.items()}}))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import manifest as manifest_module
+from ..atomic import remember_input
 from ..errors import TraceError, UsageError
 from ..manifest import MAX_MANIFEST_BYTES, RunManifest
 from . import io, storage
@@ -73,6 +74,19 @@ def _trace_files(folder: Location) -> tuple[list[Location], list[str]]:
                     "device or a socket is never read)"]
 
 
+def run_files(folder: Path) -> list[Path]:
+    """The files of the run folder ``folder`` a command must never write over: its trace
+    files and ``run.json`` (each remembered as an input, ``ddpprof.atomic.remember_input``)."""
+    try:
+        traces, _ = _trace_files(folder)
+    except OSError:
+        traces = []
+    files = [*traces, folder / MANIFEST_NAME]
+    for path in files:
+        remember_input(path)
+    return files  # type: ignore[return-value]
+
+
 def read_manifest(folder: Location) -> RunManifest:
     """``run.json`` of ``folder``, typed (empty when there is none); a file that cannot be
     read, is not JSON, or holds a field of the wrong type is a UsageError naming it (and the
@@ -91,6 +105,9 @@ def read_manifest(folder: Location) -> RunManifest:
 
 def _run(name: str, folder: Location, traces: list[Location], notes: list[str]) -> RunInput:
     run = RunInput(display_name(name), folder, traces, notes=notes)
+    for path in (*traces, storage.join(folder, MANIFEST_NAME)):
+        if isinstance(path, Path):    # read by this process or its workers: never an output
+            remember_input(path)
     if not traces:
         run.error = f"{folder}: no trace file to read ({'; '.join(notes)})"
         return run
