@@ -192,6 +192,7 @@ def all_cases() -> list[Case]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", dest="pattern", default="", help="only cases whose name holds it")
+    parser.add_argument("-c", dest="klass", default="", help="only cases whose class holds it")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--record", action="store_true", help="also cases that launch torchrun")
     parser.add_argument("-v", "--verbose", action="store_true", help="every case's stderr")
@@ -199,7 +200,8 @@ def main() -> None:
     args = parser.parse_args()
     import hostile_workspace
 
-    cases = [c for c in all_cases() if args.pattern in c.name and (args.record or not c.record)]
+    cases = [c for c in all_cases() if args.pattern in c.name and args.klass in c.klass
+             and (args.record or not c.record)]
     names = Counter(c.name for c in cases)
     assert all(n == 1 for n in names.values()), [k for k, n in names.items() if n > 1]
     scratch = Path(tempfile.mkdtemp(prefix="ddpprof-hostile-"))

@@ -78,10 +78,14 @@ def special_cases() -> list[Case]:
         user = kind == "unreadable"
         for command, argv in RUN_READERS.items():
             # in a run folder, beside the good traces: skipped with a note, or the run's error
+            # (memory reads no trace, simulate only rank 0's; a folder is no trace file)
+            unread = command == "memory" or (command == "simulate" and kind in (
+                "loop", "dangling", "unreadable"))
+            told = () if unread or kind == "folder" else ("rank2.json",)
             cases.append(Case(f"{command}-{kind}-in-run-folder", "special-file-in-folder",
-                              lambda d, a=argv, m=make, u=user: Attempt(
+                              lambda d, a=argv, m=make, u=user, t=told: Attempt(
                                   fill(a, run=str(_in(d / "run/rank2.json", m))), codes=(0, 2),
-                                  one_line=False, mentions=("rank2.json",), no_override=u)))
+                                  one_line=False, mentions=t, no_override=u)))
             cases.append(Case(f"{command}-{kind}-named-directly", "special-file-named",
                               lambda d, a=argv, m=make, u=user: Attempt(
                                   fill(a, run=str(m(d / "x.json"))), mentions=("x.json",),
@@ -106,7 +110,8 @@ def _folder_of_runs(folder: Path, make: Callable[[Path], Path], user: bool) -> A
         shutil.copytree(folder / name, many / name)
     make(many / "run" / "rank2.json")
     make(many / "loose.json")
-    return Attempt(["analyze", "many"], codes=(0, 2), one_line=False, mentions=("rank2.json",),
+    return Attempt(["analyze", "many"], codes=(0, 2), one_line=False,
+                   mentions=() if make is _directory else ("rank2.json",),
                    no_override=user, check=_good_runs_reported)
 
 

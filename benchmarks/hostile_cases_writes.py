@@ -106,7 +106,7 @@ def output_cases() -> list[Case]:
                 f"{command}-{flag}-fifo-without-reader", "output-special-file",
                 lambda d, a=argv, o=option: Attempt(
                     [*a, o, str(_fifo(d / "out.fifo"))], mentions=(o, "out.fifo"),
-                    timeout_s=30)))
+                    timeout_s=40)))
             cases.append(Case(
                 f"{command}-{flag}-full-disk", "output-full-disk",
                 lambda d, a=argv, o=option: Attempt(

@@ -46,7 +46,7 @@ STDOUT = "-"
 
 
 #: How long a FIFO named as an output may go without a reader, or without reading.
-FIFO_WAIT_S = 30.0
+FIFO_WAIT_S = 10.0
 #: ``(st_dev, st_ino)`` of every file this process has read or is about to read.
 _INPUTS: set[tuple[int, int]] = set()
 

@@ -20,6 +20,7 @@ from ..graph.advice import with_critical_path
 from ..graph.model import StepGraph
 from ..graph.summary import CriticalPathDocument, StepPath, run_paths
 from ..graph.whatif import Edit, parse_edit
+from ..report.console import note_lines
 from ..report.output import Output, Outputs, Section
 from ..report.table import Table
 from ..trace.storage import location_of, report_name
@@ -94,7 +95,8 @@ def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[s
 
     return Output(CriticalPathDocument(steps, notes), report.tables(steps) if steps else [],
                   [Section(None, report.summary_lines(steps))] if steps else [],
-                  notes=notes, page=page if steps else None, page_name=page_name,
+                  notes=[*note_lines(analysis), *notes], page=page if steps else None,
+                  page_name=page_name,
                   title="ddpprof critical-path", errors=errors, exit_code=2 if errors else 0)
 
 

@@ -92,6 +92,8 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     run = discover([run_path])[0]
     if run.error:
         raise UsageError(run.error)
+    for text in run.notes if on_note is not None else ():    # files skipped, say
+        on_note(text)
     manifest = run.manifest
     if (status := effective_status(manifest)) in INCOMPLETE:
         raise UsageError(f"{run.folder}: the run is {status} ({status_detail(manifest)}); "
