@@ -18,7 +18,7 @@ from . import __version__
 from . import option_groups as g
 from . import options as o
 from .commands.variants import help_text
-from .errors import Interrupted, RunFailed, UsageError, describe_os_error
+from .errors import Interrupted, RunFailed, UsageError, describe_os_error, without_secrets
 from .options import exits
 from .record.config import option_fields, record_option_fields
 from .report.output import Output, Outputs, emit
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _fail(message: str, code: int, prefix: str = "ddpprof: error: ") -> None:
-    click.echo(f"{prefix}{message}", err=True)
+    click.echo(f"{prefix}{without_secrets(message)}", err=True)
     sys.exit(code)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from ..atomic import check_outputs, is_stdout, json_text, refuse_inputs, write_output
+from ..errors import without_secrets
 from .table import Table, markdown_text, terminal_text, to_csv, to_markdown, to_text
 
 
@@ -158,4 +159,4 @@ def emit(output: Output, outputs: Outputs) -> None:
         stream.flush()
     notes = output.notes + ([f"report: {page}"] if page is not None else [])
     notes += [f"ddpprof: error: {error}" for error in output.errors]
-    sys.stderr.write("".join(terminal_text(note) + "\n" for note in notes))
+    sys.stderr.write("".join(terminal_text(without_secrets(note)) + "\n" for note in notes))
