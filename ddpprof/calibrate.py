@@ -19,12 +19,13 @@ machine and backend they were measured on. It says ``running`` while the sweep r
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import stat
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -92,8 +93,9 @@ class SweepPoint(msgspec.Struct, kw_only=True):
 class Fit(msgspec.Struct, kw_only=True):
     """``t = α + traffic/β`` over the points (``ddpprof.simulate.cost.fit_cost``)."""
 
-    alpha_us: float
-    beta_busbw_gbps: float              # β, on the traffic each rank moves (bus bandwidth)
+    alpha_us: Annotated[float, msgspec.Meta(ge=0)]
+    # β, on the traffic each rank moves (bus bandwidth)
+    beta_busbw_gbps: Annotated[float, msgspec.Meta(gt=0)]
     r2: float | None
 
 
@@ -104,7 +106,7 @@ class Calibration(msgspec.Struct, kw_only=True):
     error: str | None = None
     collective: str = "all_reduce"
     backend: str | None = None
-    world_size: int | None = None
+    world_size: Annotated[int, msgspec.Meta(ge=1)] | None = None
     nproc_per_node: int | None = None
     nnodes: int | None = None
     warmup_iters: int | None = None
@@ -228,6 +230,8 @@ def usable(calibration: Calibration) -> str | None:
             f" ({calibration.error})" if calibration.error else "")
     if calibration.fit is None:
         return calibration.error or "the sweep has no fit"
+    if not math.isfinite(calibration.fit.alpha_us + calibration.fit.beta_busbw_gbps):
+        return "the fit's α or β is not a finite number"
     return None
 
 

@@ -183,6 +183,8 @@ def discover(paths: list[Location]) -> list[RunInput]:
                                        "subfolders" + "".join(f"; {note}" for note in notes))
         except OSError as error:
             raise TraceError(path, f"cannot be read ({error.strerror or error})") from None
-    runs += [_run(storage.name(folder), folder, sorted(files, key=str), [])
+    # a file in the working folder: its run is named after the folder, never "" (".")
+    runs += [_run(storage.name(folder) or storage.report_name(folder), folder,
+                  sorted(files, key=str), [])
              for folder, files in loose.items()]
     return runs
