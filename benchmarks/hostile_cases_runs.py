@@ -42,16 +42,17 @@ def escaped(folder: Path, result: subprocess.CompletedProcess) -> str | None:
         text = markdown.read_text(errors="replace")
         if "<!--" in text or "<script" in text or "<img" in text or "</details>" in text:
             return f"{markdown.name}: HTML got through"
-        lines = text.splitlines()
-        if any(line.startswith("EVIL") or line.lstrip("\r").startswith("EVIL") for line in lines):
+        lines = text.split("\n")
+        if any(line.startswith(("EVIL | b", "EVIL()</script>")) for line in lines):
             return f"{markdown.name}: a name broke its line"
         if "\r" in text or "\u2028" in text or "\u202e" in text:
             return f"{markdown.name}: a control or bidi character got through"
-        for line in lines:
-            if line.startswith("|") and "EVIL" in line:
-                header = next(h for h in lines if h.startswith("|"))
-                if _cells(line) != _cells(header):
-                    return f"{markdown.name}: a name changed a row's columns: {line!r}"
+        header = ""
+        for before, line in zip(["", *lines], lines, strict=False):
+            if line.startswith("|") and not before.startswith("|"):
+                header = line          # a table starts
+            elif line.startswith("|") and "EVIL" in line and _cells(line) != _cells(header):
+                return f"{markdown.name}: a name changed a row's columns: {line!r}"
     for table in folder.glob("o*.csv"):
         for row in csv.reader(io.StringIO(table.read_text(errors="replace"))):
             for cell in row:
@@ -80,7 +81,9 @@ def _named_runs(folder: Path, name: str) -> Path:
     """``named/``: the run under the folder name ``name`` (and as its run.json's run, variant
     and model, and as an op), beside a plain run."""
     named = folder / "named"
-    run = write_run(named / name, names=(name, f"aten::{name}"))
+    # an op's name is text in the trace's JSON, where bytes that are not UTF-8 cannot be
+    op = name.encode("utf-8", "replace").decode("utf-8")
+    run = write_run(named / name, names=(op, f"aten::{op}"))
     document = json.loads((run / "run.json").read_text())
     document["config"].update(model=name)
     (run / "run.json").write_text(json.dumps(document))
@@ -124,7 +127,7 @@ def gate_cases() -> list[Case]:
     def same_name_twice(d: Path) -> Attempt:
         for side in ("a", "b"):
             write_run(d / "dup" / side / "ok")
-        return Attempt(["analyze", "dup", "--json", "out.json"], codes=(0,),
+        return Attempt(["analyze", "dup/a/ok", "dup/b/ok", "--json", "out.json"], codes=(0,),
                        check=_distinct_names("out.json"))
 
     def baseline_dupes(d: Path) -> Attempt:
@@ -146,14 +149,14 @@ def gate_cases() -> list[Case]:
         if status == "running":
             document["owner"] = {"pid": 999_999_999, "hostname": os.uname().nodename}
         (runs / "broken" / "run.json").write_text(json.dumps(document))
-        return Attempt(["analyze", "runs", "--json", "out.json"], codes=(2,), one_line=False,
+        return Attempt(["analyze", "runs", "--json", "out.json"], codes=(0, 2), one_line=False,
                        mentions=("broken",), check=_unfinished("out.json", "broken"))
 
     def no_run_compared(d: Path, edit) -> Attempt:
         data = json.loads((d / "analysis.json").read_text())
         edit(data)
         (d / "other.json").write_text(json.dumps(data))
-        return Attempt(["gate", "run", "--baseline", "other.json"], mentions=("other.json",))
+        return Attempt(["gate", "run", "--baseline", "other.json"], mentions=("baseline",))
 
     def other_variant(data: dict) -> None:
         for run in data["runs"]:

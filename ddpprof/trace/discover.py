@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import manifest as manifest_module
 from ..atomic import remember_input
 from ..errors import TraceError, UsageError
-from ..manifest import MAX_MANIFEST_BYTES, RunManifest
+from ..manifest import INCOMPLETE, MAX_MANIFEST_BYTES, RunManifest, effective_status
 from . import io, storage
 from .storage import Location
 
@@ -108,13 +108,15 @@ def _run(name: str, folder: Location, traces: list[Location], notes: list[str]) 
     for path in (*traces, storage.join(folder, MANIFEST_NAME)):
         if isinstance(path, Path):    # read by this process or its workers: never an output
             remember_input(path)
-    if not traces:
-        run.error = f"{folder}: no trace file to read ({'; '.join(notes)})"
-        return run
     try:
         run.manifest = read_manifest(folder)
     except UsageError as error:
         run.error = str(error)
+        return run
+    # A recording that failed before any rank wrote a trace is still a run: listed as failed
+    if not traces and effective_status(run.manifest) not in INCOMPLETE:
+        run.error = f"{folder}: no trace file to read" + (f" ({'; '.join(notes)})" if notes
+                                                           else "")
     return run
 
 
@@ -131,7 +133,7 @@ def _subfolders(path: Location) -> list[RunInput]:
             found.append(RunInput(display_name(storage.name(sub)), sub, [], error=(
                 f"{sub}: cannot be read ({error.strerror or error})")))
             continue
-        if traces or notes:
+        if traces or notes or storage.is_file(storage.join(sub, MANIFEST_NAME)):
             found.append(_run(storage.name(sub), sub, traces, notes))
     return found
 
@@ -176,7 +178,7 @@ def discover(paths: list[Location]) -> list[RunInput]:
                     beside = _run(storage.name(path) or str(path), path, traces, notes)
                     beside.beside_runs = True
                     runs.append(beside)
-            elif traces:
+            elif traces or storage.is_file(storage.join(path, MANIFEST_NAME)):
                 runs.append(_run(storage.name(path) or str(path), path, traces, notes))
             else:
                 raise TraceError(path, "no trace files (*.json, *.json.gz) here or in its "
