@@ -19,7 +19,6 @@ machine and backend they were measured on. It says ``running`` while the sweep r
 from __future__ import annotations
 
 import dataclasses
-import math
 import shutil
 import stat
 import statistics
@@ -34,6 +33,7 @@ from .errors import Interrupted, RunFailed, UsageError, describe_os_error, signa
 from .json_input import read_json_bytes
 from .manifest import Owner, now_iso, owner_is_gone, validation_problem
 from .metrics.comm import BUS_FACTOR
+from .options import MAX_BANDWIDTH_GBPS, MAX_LATENCY_US, MIN_BANDWIDTH_GBPS
 from .record.config import Launch
 from .report.table import columns
 from .run_folder import RunFolder
@@ -93,9 +93,9 @@ class SweepPoint(msgspec.Struct, kw_only=True):
 class Fit(msgspec.Struct, kw_only=True):
     """``t = α + traffic/β`` over the points (``ddpprof.simulate.cost.fit_cost``)."""
 
-    alpha_us: Annotated[float, msgspec.Meta(ge=0)]
+    alpha_us: Annotated[float, msgspec.Meta(ge=0, le=MAX_LATENCY_US)]
     # β, on the traffic each rank moves (bus bandwidth)
-    beta_busbw_gbps: Annotated[float, msgspec.Meta(gt=0)]
+    beta_busbw_gbps: Annotated[float, msgspec.Meta(ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS)]
     r2: float | None
 
 
@@ -230,8 +230,6 @@ def usable(calibration: Calibration) -> str | None:
             f" ({calibration.error})" if calibration.error else "")
     if calibration.fit is None:
         return calibration.error or "the sweep has no fit"
-    if not math.isfinite(calibration.fit.alpha_us + calibration.fit.beta_busbw_gbps):
-        return "the fit's α or β is not a finite number"
     return None
 
 

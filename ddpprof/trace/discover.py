@@ -115,8 +115,8 @@ def _run(name: str, folder: Location, traces: list[Location], notes: list[str]) 
         return run
     # A recording that failed before any rank wrote a trace is still a run: listed as failed
     if not traces and effective_status(run.manifest) not in INCOMPLETE:
-        run.error = f"{folder}: no trace file to read" + (f" ({'; '.join(notes)})" if notes
-                                                           else "")
+        run.error = f"{folder}: no trace files (*.json, *.json.gz) to read" + (
+            f" ({'; '.join(notes)})" if notes else "")
     return run
 
 
