@@ -190,7 +190,8 @@ def record_cases() -> list[Case]:
         cases.append(Case(f"record-name-{name[:8].encode('unicode_escape').decode()}",
                           "record-names", lambda d, n=name: Attempt(
                               [*WRITERS["record"], "--out", "rec", "--name", n],
-                              mentions=("--name",), timeout_s=90)))
+                              mentions=("rec/" if len(n) > 255 else "--name",),
+                              timeout_s=90)))
     for command, option, value in [
             ("bench", "--models", ""), ("bench", "--model", ""), ("bench", "--model", ","),
             ("record", "--variant", ""), ("record", "--nproc", "0"),
