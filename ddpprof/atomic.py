@@ -47,8 +47,9 @@ STDOUT = "-"
 
 #: How long a FIFO named as an output may go without a reader, or without reading.
 FIFO_WAIT_S = 10.0
-#: ``(st_dev, st_ino)`` of every file this process has read or is about to read.
-_INPUTS: set[tuple[int, int]] = set()
+#: ``(st_dev, st_ino, st_ctime_ns)`` of every file this process has read or is about to read
+#: (the change time tells the file apart from a later one that reuses its inode).
+_INPUTS: set[tuple[int, int, int]] = set()
 
 
 def remember_input(path: str | os.PathLike[str] | None = None,
@@ -61,7 +62,7 @@ def remember_input(path: str | os.PathLike[str] | None = None,
         except (OSError, TypeError, ValueError):
             return
     if stat.S_ISREG(status.st_mode):
-        _INPUTS.add((status.st_dev, status.st_ino))
+        _INPUTS.add((status.st_dev, status.st_ino, status.st_ctime_ns))
 
 
 def _is_input(path: Path) -> bool:
@@ -69,7 +70,7 @@ def _is_input(path: Path) -> bool:
         found = os.stat(path)
     except OSError:
         return False
-    return (found.st_dev, found.st_ino) in _INPUTS
+    return (found.st_dev, found.st_ino, found.st_ctime_ns) in _INPUTS
 
 
 def is_stdout(path: str | os.PathLike[str] | None) -> bool:
