@@ -59,23 +59,33 @@ def write_run(folder: Path, steps: int = 4, ranks: int = 2) -> Path:
 
 @pytest.fixture
 def count_opens(monkeypatch, tmp_path):
-    """From the call on, every JSON file opened, in this process and in the processes it
-    forks, is logged (one line per open) to a file; the call returns a function that counts
-    them by path."""
+    """From the call on, every JSON file opened (``open`` or ``os.open``), in this process and
+    in the processes it forks, is logged (one line per open) to a file; the call returns a
+    function that counts them by path."""
     log = tmp_path / "opened.log"
 
     def start():
         original = io.open
+        original_os_open = os.open
 
-        def logging_open(file, *args, **kwargs):
+        def note(file) -> None:
             if isinstance(file, str | Path) and str(file).endswith(".json"):
-                descriptor = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+                descriptor = original_os_open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
                 os.write(descriptor, f"{Path(file).resolve()}\n".encode())
                 os.close(descriptor)
+
+        def logging_open(file, *args, **kwargs):
+            note(file)
             return original(file, *args, **kwargs)
 
+        def logging_os_open(file, *args, **kwargs):
+            note(file)
+            return original_os_open(file, *args, **kwargs)
+
+        # The loader reads with os.open and pread; JSON inputs and the rest with open.
         monkeypatch.setattr(io, "open", logging_open)
         monkeypatch.setattr("builtins.open", logging_open)
+        monkeypatch.setattr(os, "open", logging_os_open)
         return lambda: Counter(log.read_text().splitlines()) if log.exists() else Counter()
 
     return start

@@ -27,7 +27,7 @@ class Breakdown:
     exposed_comm_us: float  # |comm \ compute|
 
     def pct(self, part_us: float) -> float:
-        return 100.0 * part_us / self.window_us if self.window_us > 0 else float("nan")
+        return 100.0 * (part_us / self.window_us) if self.window_us > 0 else float("nan")
 
     @property
     def compute_pct(self) -> float:
@@ -44,7 +44,7 @@ class Breakdown:
     @property
     def overlap_pct(self) -> float | None:
         """|compute ∩ comm| / |comm| × 100; None (reported as n/a) without communication."""
-        return 100.0 * self.overlap_us / self.comm_us if self.comm_us > 0 else None
+        return 100.0 * (self.overlap_us / self.comm_us) if self.comm_us > 0 else None
 
     @property
     def comm_overhead_pct(self) -> float:
@@ -180,4 +180,4 @@ def overlap_pct(compute: Intervals, comm: Intervals) -> float | None:
     """|compute ∩ comm| / |comm| × 100, None without communication: one collective kind's
     share of time hidden behind compute."""
     comm_us = iv.length(comm)
-    return 100.0 * iv.length(iv.intersect(compute, comm)) / comm_us if comm_us > 0 else None
+    return 100.0 * (iv.length(iv.intersect(compute, comm)) / comm_us) if comm_us > 0 else None

@@ -65,7 +65,11 @@ def findings_section(findings: list[Finding]) -> list[Section]:
 
 
 def _run_notes(run: RunResult) -> list[str]:
-    notes = [f"last ProfilerStep {run.last_step.value}", *run.notes]
+    # The window in one note: with one step or none, the analysis's own note says it.
+    window = ([f"last ProfilerStep {run.last_step.value}"] if run.last_step.filters else
+              [] if any("ProfilerStep" in note for note in run.notes) else
+              ["one ProfilerStep: the whole trace is analyzed"])
+    notes = [*window, *run.notes]
     if run.missing_ranks:
         notes.append(f"missing ranks {run_row(run).missing_ranks}")
     return list(dict.fromkeys(notes))
