@@ -275,15 +275,23 @@ def check_output(path: str | os.PathLike[str], option: str) -> None:
 
 
 def check_outputs(**options: str | os.PathLike[str] | None) -> None:
-    """``check_output`` for every given option (``json=path`` checks ``--json path``), and at
-    most one of them may be standard output."""
+    """``check_output`` for every given option (``json=path`` checks ``--json path``); at
+    most one of them may be standard output, and no two may name one file."""
     given = {name: path for name, path in options.items() if path is not None}
     to_stdout = [name for name, path in given.items() if is_stdout(path)]
     if len(to_stdout) > 1:
         raise UsageError(f"only one output can be standard output (-): "
                          f"{', '.join('--' + name.replace('_', '-') for name in to_stdout)}")
+    seen: dict[str, str] = {}
     for name, path in given.items():
-        check_output(path, "--" + name.replace("_", "-"))
+        option = "--" + name.replace("_", "-")
+        check_output(path, option)
+        if is_stdout(path):
+            continue
+        target = os.path.realpath(path)
+        if target in seen:  # the second would silently replace the first
+            raise UsageError(f"{seen[target]} and {option} name one file ({os.fspath(path)})")
+        seen[target] = option
 
 
 def json_text(data: Any) -> str:

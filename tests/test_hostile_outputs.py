@@ -149,3 +149,13 @@ def test_a_urls_password_is_never_printed():
     result = ddpprof("analyze", "http://me:hunter2@127.0.0.1:1/rank0.json", timeout=60)
     assert_one_line(result, 2, "http://me:***@127.0.0.1:1/rank0.json")
     assert "hunter2" not in result.stderr
+
+
+def test_two_outputs_naming_one_file_are_refused(tmp_path):
+    run = two_rank_run(tmp_path / "run")
+    (tmp_path / "link.md").symlink_to(tmp_path / "out.json")
+    for second in ("out.json", "link.md"):
+        result = ddpprof("analyze", str(run), "--json", str(tmp_path / "out.json"),
+                         "--markdown", str(tmp_path / second))
+        assert_one_line(result, 2, "--json and --markdown name one file")
+    assert not (tmp_path / "out.json").exists()
