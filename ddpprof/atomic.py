@@ -10,8 +10,14 @@ nothing but a regular file is ever replaced.
   stays a device); a folder is an error.
 * A regular file, or a path where nothing is yet, is written to a temporary name beside it and
   renamed over it.
-* An output is never one of the command's inputs: :func:`refuse_inputs` refuses a path that is
-  (or links to) a trace being read, or that lies in a run folder being recorded.
+* An output is never one of the command's inputs: :func:`refuse_inputs` refuses, before any
+  work, a path that is (or links to) a trace being read, or that lies in a run folder being
+  recorded; and every file this process reads (``ddpprof.trace.io``) or finds to read (a run
+  folder's traces and ``run.json``) is remembered (:func:`remember_input`), so that
+  :func:`write_text` refuses to replace one, whichever command and option named it.
+* A FIFO is opened without blocking: one that no process reads within
+  :data:`FIFO_WAIT_S` seconds, or whose reader stops reading for that long, is an error,
+  never a hang.
 
 Files inside a run folder that ``record`` or ``calibrate`` writes go through
 ``ddpprof.run_folder`` instead, which never follows a link at all.
@@ -23,18 +29,48 @@ import errno
 import json
 import math
 import os
+import select
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError, describe_os_error
+from .errors import RunFailed, UsageError, describe_os_error
 
 #: The name that means standard output for ``--json``/``--csv``/``--markdown FILE`` options.
 STDOUT = "-"
+
+
+#: How long a FIFO named as an output may go without a reader, or without reading.
+FIFO_WAIT_S = 10.0
+#: ``(st_dev, st_ino, st_ctime_ns)`` of every file this process has read or is about to read
+#: (the change time tells the file apart from a later one that reuses its inode).
+_INPUTS: set[tuple[int, int, int]] = set()
+
+
+def remember_input(path: str | os.PathLike[str] | None = None,
+                   status: os.stat_result | None = None) -> None:
+    """Note a file this process reads (by its status, or by ``path``, followed through links):
+    no output may then replace it. A path that cannot be looked at is ignored."""
+    if status is None:
+        try:
+            status = os.stat(path)  # type: ignore[arg-type]
+        except (OSError, TypeError, ValueError):
+            return
+    if stat.S_ISREG(status.st_mode):
+        _INPUTS.add((status.st_dev, status.st_ino, status.st_ctime_ns))
+
+
+def _is_input(path: Path) -> bool:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino, found.st_ctime_ns) in _INPUTS
 
 
 def is_stdout(path: str | os.PathLike[str] | None) -> bool:
@@ -154,13 +190,63 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
         sys.stdout.buffer.flush()
         return
     final = resolve_target(path)
+    if _is_input(final):
+        raise OSError(errno.EEXIST, "is a file this command reads (a trace, a run.json or "
+                                    "another input); writing it would destroy it", str(path))
     mode = _mode(final)
+    if mode is not None and stat.S_ISFIFO(mode):
+        _write_fifo(final, data)
+        return
     if mode is not None and not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
-        with open(final, "wb") as stream:  # a device or FIFO: straight through, never renamed
+        with open(final, "wb") as stream:  # a device: straight through, never renamed
             stream.write(data)
         return
     with atomic_path(final) as tmp:
         tmp.write_bytes(data)
+
+
+def write_output(option: str, path: str | os.PathLike[str], text: str, ran: bool = False
+                 ) -> None:
+    """:func:`write_text` for the output option ``option``: an ``OSError`` (a full disk, a
+    refused link) is one line naming the option and the path, a ``UsageError`` (exit 2), or a
+    ``RunFailed`` (exit 1) once something ``ran``."""
+    try:
+        write_text(path, text)
+    except OSError as error:
+        raise (RunFailed if ran else UsageError)(
+            f"{option} {describe_os_error(path, error)}") from None
+
+
+def _write_fifo(path: Path, data: bytes) -> None:
+    """``data`` into the FIFO ``path``: waits at most :data:`FIFO_WAIT_S` for a reader to open
+    it, and as long again each time the reader stops taking what is written."""
+    deadline = time.monotonic() + FIFO_WAIT_S
+    while True:
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            break
+        except OSError as error:
+            if error.errno != errno.ENXIO:       # ENXIO: no process has it open for reading
+                raise
+            if time.monotonic() > deadline:
+                raise OSError(errno.ENXIO, f"a FIFO that no process read within "
+                                           f"{FIFO_WAIT_S:g} s", str(path)) from None
+            time.sleep(0.05)
+    try:
+        if not stat.S_ISFIFO(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EEXIST, "replaced while it was opened", str(path))
+        view, poller = memoryview(data), select.poll()
+        poller.register(descriptor, select.POLLOUT)
+        while view:
+            if not poller.poll(FIFO_WAIT_S * 1000):
+                raise OSError(errno.ETIMEDOUT, f"its reader took nothing for {FIFO_WAIT_S:g} s",
+                              str(path))
+            try:
+                view = view[os.write(descriptor, view):]
+            except BlockingIOError:
+                continue
+    finally:
+        os.close(descriptor)
 
 
 def check_output(path: str | os.PathLike[str], option: str) -> None:
@@ -189,15 +275,23 @@ def check_output(path: str | os.PathLike[str], option: str) -> None:
 
 
 def check_outputs(**options: str | os.PathLike[str] | None) -> None:
-    """``check_output`` for every given option (``json=path`` checks ``--json path``), and at
-    most one of them may be standard output."""
+    """``check_output`` for every given option (``json=path`` checks ``--json path``); at
+    most one of them may be standard output, and no two may name one file."""
     given = {name: path for name, path in options.items() if path is not None}
     to_stdout = [name for name, path in given.items() if is_stdout(path)]
     if len(to_stdout) > 1:
         raise UsageError(f"only one output can be standard output (-): "
                          f"{', '.join('--' + name.replace('_', '-') for name in to_stdout)}")
+    seen: dict[str, str] = {}
     for name, path in given.items():
-        check_output(path, "--" + name.replace("_", "-"))
+        option = "--" + name.replace("_", "-")
+        check_output(path, option)
+        if is_stdout(path):
+            continue
+        target = os.path.realpath(path)
+        if target in seen:  # the second would silently replace the first
+            raise UsageError(f"{seen[target]} and {option} name one file ({os.fspath(path)})")
+        seen[target] = option
 
 
 def json_text(data: Any) -> str:

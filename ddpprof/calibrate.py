@@ -27,7 +27,7 @@ import stat
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -38,6 +38,7 @@ from .manifest import Owner, now_iso, owner_is_gone, validation_problem
 from .metrics.comm import BUS_FACTOR
 from .metrics.cost import CostModel, fit_cost, traffic_bytes
 from .metrics.tax import OverlapTax
+from .options import MAX_BANDWIDTH_GBPS, MAX_LATENCY_US, MIN_BANDWIDTH_GBPS
 from .record.config import Launch
 from .report.table import columns
 from .run_folder import RunFolder
@@ -96,8 +97,9 @@ class SweepPoint(msgspec.Struct, kw_only=True):
 class Fit(msgspec.Struct, kw_only=True):
     """``t = α + traffic/β`` over the points (``ddpprof.metrics.cost.fit_cost``)."""
 
-    alpha_us: float
-    beta_busbw_gbps: float              # β, on the traffic each rank moves (bus bandwidth)
+    alpha_us: Annotated[float, msgspec.Meta(ge=0, le=MAX_LATENCY_US)]
+    # β, on the traffic each rank moves (bus bandwidth)
+    beta_busbw_gbps: Annotated[float, msgspec.Meta(ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS)]
     r2: float | None
 
 
@@ -115,7 +117,7 @@ class Calibration(msgspec.Struct, kw_only=True):
     error: str | None = None
     collective: str = "all_reduce"
     backend: str | None = None
-    world_size: int | None = None
+    world_size: Annotated[int, msgspec.Meta(ge=1)] | None = None
     nproc_per_node: int | None = None
     nnodes: int | None = None
     warmup_iters: int | None = None

@@ -18,10 +18,11 @@ from . import __version__
 from . import option_groups as g
 from . import options as o
 from .commands.variants import help_text
-from .errors import Interrupted, RunFailed, UsageError, describe_os_error
+from .errors import Interrupted, RunFailed, UsageError, describe_os_error, without_secrets
 from .options import exits
 from .record.config import option_fields, record_option_fields
 from .report.output import Output, Outputs, emit
+from .report.table import terminal_text
 from .variants import DEFAULT_BUCKET_CAP_MIB
 
 help_style.OPTIONS_TABLE_COLUMN_TYPES = ["required", "opt_short", "opt_long", "help"]
@@ -234,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _fail(message: str, code: int, prefix: str = "ddpprof: error: ") -> None:
-    click.echo(f"{prefix}{message}", err=True)
+    # one line, whatever a file name holds (a line break, an escape sequence)
+    click.echo(f"{prefix}{terminal_text(without_secrets(message))}", err=True)
     sys.exit(code)
 
 

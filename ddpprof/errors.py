@@ -10,8 +10,12 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
+
+#: ``scheme://user:PASSWORD@``: the password of a URL given with its credentials.
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:)[^/@\s]+@")
 
 
 class UsageError(Exception):
@@ -64,3 +68,9 @@ def signal_name(signum: int) -> str:
 def describe_os_error(path: str | os.PathLike[str], error: OSError) -> str:
     """``path: reason``, the reason as the OS words it (``No space left on device``)."""
     return f"{os.fspath(path)}: {error.strerror or error}"
+
+
+def without_secrets(text: str) -> str:
+    """``text`` with the password of every URL in it written ``***`` (``http://me:***@host``):
+    a message ends up in CI logs and PR comments."""
+    return _URL_PASSWORD.sub(r"\1***@", text)

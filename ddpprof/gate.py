@@ -208,9 +208,11 @@ class GateRun:
         return [p for p in found if p is not None]
 
 
-def load_runs(path: Path, must_be_json: bool = False) -> list[GateRun]:
-    """The runs of an analyze --json file, or of a trace folder analyzed now; every problem
-    with them is a ``UsageError`` naming the file, the run and the field."""
+def load_runs(path: Path, must_be_json: bool = False, notes: list[str] | None = None
+              ) -> list[GateRun]:
+    """The runs of an analyze --json file, or of a trace folder analyzed now (its notes, such
+    as files skipped, added to ``notes``); every problem with them is a ``UsageError`` naming
+    the file, the run and the field."""
     if path.is_file() or must_be_json:
         data = read_json_bytes(path)
         try:
@@ -223,6 +225,10 @@ def load_runs(path: Path, must_be_json: bool = False) -> list[GateRun]:
     analysis = analyze_paths([path])
     if analysis.errors:
         raise UsageError(analysis.errors[0].error)
+    if notes is not None:
+        from .report.console import note_lines
+
+        notes += note_lines(analysis)
     return runs_of(to_json_document(analysis), str(path))
 
 

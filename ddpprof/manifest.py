@@ -43,6 +43,7 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
+import click
 import msgspec
 
 from .errors import UsageError
@@ -246,10 +247,28 @@ def manifest_from_json(document: object, where: object) -> RunManifest:
             manifest = msgspec.convert(document, RunManifest, dec_hook=decode_hook)
             if manifest.config is not None:  # every field in the object, defaults included
                 manifest.config = dataclasses.replace(manifest.config)
-            return manifest
-        return _from_version_2(msgspec.convert(document, _ManifestV2))
+        else:
+            manifest = _from_version_2(msgspec.convert(document, _ManifestV2))
     except msgspec.ValidationError as error:
         raise UsageError(f"{where}: {validation_problem(error)}") from None
+    if manifest.config is not None:
+        _check_ranges(manifest.config, where)
+    return manifest
+
+
+def _check_ranges(config: RunConfig, where: object) -> None:
+    """A ``UsageError`` naming the field where a number of ``config`` is out of the range its
+    option accepts (a bucket cap of -25 MiB, a NaN learning rate): the same types check a
+    number given on the command line and one read back."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        kind = field.metadata.get("type")
+        if kind is None or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        try:
+            kind.convert(value, None, None)
+        except click.BadParameter as error:
+            raise UsageError(f"{where}: config.{field.name}: {error.message}") from None
 
 
 class _ProfilerV2(msgspec.Struct, kw_only=True):

@@ -9,12 +9,13 @@ from collections.abc import Callable
 import click
 
 from .options import (
+    BANDWIDTH_GBPS,
     FOLDER,
+    LATENCY_US,
     LEVEL,
     NON_NEGATIVE_FLOAT,
     NON_NEGATIVE_INT,
     OUTPUT,
-    POSITIVE_FLOAT,
     POSITIVE_INT,
     ByteSize,
     F,
@@ -58,9 +59,9 @@ def cost_model_options() -> Callable[[F], F]:
                      help="A `ddpprof calibrate` file [default: calibration.json in the run "
                           "folder or its parent, else a fit over the run's collectives, else "
                           "a sweep now]."),
-        click.option("--bandwidth-gbps", type=POSITIVE_FLOAT,
+        click.option("--bandwidth-gbps", type=BANDWIDTH_GBPS,
                      help="Use this bus bandwidth (GB/s) instead of a calibration or fit."),
-        click.option("--latency-us", type=NON_NEGATIVE_FLOAT,
+        click.option("--latency-us", type=LATENCY_US,
                      help="Use this per-call latency (µs) instead of a calibration or fit."),
         click.option("--shared-cores", type=POSITIVE_INT, metavar="C",
                      help="Every rank, at any world size, shares these C cores (the ranks of a "

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import ipaddress
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -125,9 +127,24 @@ class Endpoint(ParamType):
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> str:
         host, _, port = str(value).rpartition(":")
-        if not host.strip("[]") or not port.isdigit() or not 1 <= int(port) <= 65535:
+        if not _is_host(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
             self.fail(f"{value!r} is not HOST:PORT with a port in 1-65535", param, ctx)
         return str(value)
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_][A-Za-z0-9_-]{0,62})*\.?")
+
+
+def _is_host(host: str) -> bool:
+    """A host name or IPv4 address (dot-separated labels), or ``[IPv6 address]``: what
+    torchrun's rendezvous accepts."""
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return False
+        return True
+    return _HOST_NAME.fullmatch(host) is not None
 
 
 class InjectDelay(ParamType):
@@ -197,6 +214,12 @@ NON_NEGATIVE_INT = click.IntRange(min=0)
 SEED = click.IntRange(min=0, max=2**32 - 1)
 POSITIVE_FLOAT = FiniteFloat(min=0, min_open=True)
 NON_NEGATIVE_FLOAT = FiniteFloat(min=0)
+#: The bus bandwidths (GB/s) and per-call latencies (µs) a cost model may have: from a modem's
+#: to far beyond any interconnect's, and up to a quarter of an hour. Outside them the
+#: predicted times overflow float64 (1e-308 GB/s) and no fit can be made from them.
+MIN_BANDWIDTH_GBPS, MAX_BANDWIDTH_GBPS, MAX_LATENCY_US = 1e-6, 1e6, 1e9
+BANDWIDTH_GBPS = FiniteFloat(min=MIN_BANDWIDTH_GBPS, max=MAX_BANDWIDTH_GBPS)
+LATENCY_US = FiniteFloat(min=0, max=MAX_LATENCY_US)
 #: Timeouts end up in timedelta and in milliseconds as C integers: a week is plenty.
 TIMEOUT_S = FiniteFloat(min=0, max=7 * 24 * 3600, min_open=True)
 #: A world size beyond any real cluster is bad input, not a question.

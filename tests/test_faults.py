@@ -358,7 +358,7 @@ def test_html_into_a_read_only_folder_is_one_line(calibration_run, tmp_path):
                      preexec_fn=_drop_root_privileges if as_root else None)
     if result.returncode == 99:
         pytest.skip("cannot drop root's capabilities here, so no folder is read-only to root")
-    assert_one_line(result, 2, f"--html {read_only / 'page.html'}: Permission denied")
+    assert_one_line(result, 2, f"--html-out {read_only / 'page.html'}: Permission denied")
     assert list(read_only.iterdir()) == []
 
 

@@ -14,7 +14,7 @@ import msgspec
 from .. import progress
 from ..analysis import AnalysisOptions, analyze_paths
 from ..analysis.results import Analysis
-from ..atomic import check_output, is_stdout, json_text, refuse_inputs, write_text
+from ..atomic import check_output, is_stdout, json_text, refuse_inputs, write_output
 from ..errors import UsageError
 from ..findings import Finding
 from ..graph.advice import with_critical_path
@@ -22,6 +22,7 @@ from ..graph.contended import Tax
 from ..graph.model import StepGraph
 from ..graph.summary import CriticalPathDocument, StepPath, run_paths
 from ..graph.whatif import Edit, parse_edits
+from ..report.console import note_lines
 from ..report.output import Output, Outputs, Section
 from ..report.table import Table
 from ..trace.storage import location_of, report_name
@@ -80,7 +81,7 @@ def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[s
     if not errors and not steps:
         errors.append("no step of any run could be analyzed")
     if graph_json is not None:
-        write_text(graph_json, json_text({
+        write_output("--graph-json", graph_json, json_text({
             "schema": "ddpprof.step-graphs", "version": 1,
             "runs": {name: [msgspec.to_builtins(g) for g in found]
                      for name, found in graphs.items()}}))
@@ -95,7 +96,8 @@ def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[s
 
     return Output(CriticalPathDocument(steps, notes), report.tables(steps) if steps else [],
                   [Section(None, report.summary_lines(steps))] if steps else [],
-                  notes=notes, page=page if steps else None, page_name=page_name,
+                  notes=[*note_lines(analysis), *notes], page=page if steps else None,
+                  page_name=page_name,
                   title="ddpprof critical-path", errors=errors, exit_code=2 if errors else 0)
 
 

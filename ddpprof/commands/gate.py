@@ -65,7 +65,8 @@ def gate(current: Path, baseline: Path, rules: list[str], tolerance: float, aggr
          significance: float | None, run_noise_pct: float | None, outputs: Outputs) -> Output:
     outputs.check("gate", files=[current, baseline], what="an input of the gate")
     parsed = [gating.parse_rule(text) for text in rules or (gating.DEFAULT_RULE,)]
-    now = gating.load_runs(current)
+    notes: list[str] = []
+    now = gating.load_runs(current, notes=notes)
     before = gating.load_runs(baseline, must_be_json=True)
     if aggregate == "median":
         now, before = gating.aggregate(now), gating.aggregate(before)
@@ -85,4 +86,4 @@ def gate(current: Path, baseline: Path, rules: list[str], tolerance: float, aggr
                             aggregate, len(verdicts), len(failed), verdicts, significance,
                             explanations)
     return Output(document, [Table(columns, verdicts)], sections, summary=summary,
-                  title="ddpprof gate", exit_code=1 if failed else 0)
+                  title="ddpprof gate", notes=notes, exit_code=1 if failed else 0)

@@ -8,6 +8,7 @@ from pathlib import Path
 from .. import memory as estimator
 from ..errors import UsageError
 from ..report.output import Output, Outputs
+from ..trace.discover import run_files
 from . import require_record_extra
 
 
@@ -20,8 +21,8 @@ def memory(run_paths: list[Path], models: list[str], model_path: Path | None,
             raise UsageError("give RUN folders, or --model/--model-path with --world-size; "
                              "a run's model, world size, precision and optimizer are its own")
         found = estimator.find_runs(run_paths)
-        outputs.check("memory", files=[path / "run.json" for path in found],
-                      what="a run's manifest")
+        outputs.check("memory", files=[f for path in found for f in run_files(path)],
+                      what="a file of a run being read")
         runs = [estimator.compare_run(path) for path in found]
         worst = max(runs, key=lambda run: max(abs(r.error_pct) for r in run.ranks))
         return Output(estimator.comparison_document(runs), [estimator.comparisons_table(runs)],

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..report.output import Output, Outputs, Section
-from ..report.table import Table
+from ..report.table import Table, terminal_text
 
 
 def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int],
@@ -32,7 +32,7 @@ def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int
         *(run_path.glob("*.json*") if run_path.is_dir() else [run_path])])
 
     def note(text: str) -> None:
-        print(f"simulate: {text}", file=sys.stderr, flush=True)
+        print(terminal_text(f"simulate: {text}"), file=sys.stderr, flush=True)
 
     result = sim.simulate_run(run_path, bucket_caps_mib, world_sizes or None, bandwidth_gbps,
                               latency_us, measured, calibration, ready_order, keep_last_step,

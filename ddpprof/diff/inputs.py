@@ -12,22 +12,28 @@ accumulation and bucket size in ``run.json``) are repeats of it. Sides are paire
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import UsageError
 from ..gate import ANALYZE_SCHEMA, ConfigKey
 from ..json_input import read_json_bytes
+from ..trace.io import open_regular
 from ..trace.storage import Location, location_of
 from .profile import RunProfile, profile_of_row
 
 
 def is_analysis_document(path: Location) -> bool:
-    """A local file whose JSON says it is an ``analyze --json`` document."""
+    """A local file whose JSON says it is an ``analyze --json`` document. A file that cannot
+    be read (or is not a regular file) is a ``UsageError`` naming it, never a wait."""
     if not isinstance(path, Path) or not path.is_file():
         return False
-    with path.open("rb") as stream:
-        head = stream.read(4096)
+    fd, _ = open_regular(path)
+    try:
+        head = os.pread(fd, 4096, 0)
+    finally:
+        os.close(fd)
     return b'"schema"' in head and ANALYZE_SCHEMA.encode() in head
 
 

@@ -42,6 +42,9 @@ from .config import CONFIG_FILE, Launch, RunConfig, encode_hook
 from .failure import run_error
 
 WORKER_MODULE = "workloads.train"
+#: More CPU ranks than this per usable core measure only the contention (and a typo such as
+#: --nproc 1000 would start a thousand processes that each import torch).
+MAX_RANKS_PER_CORE = 8
 
 
 @dataclass(frozen=True)
@@ -160,12 +163,17 @@ def validate(recording: Recording) -> None:
                 f"world size {run.world_size}"
             raise UsageError(f"--global-batch {config.global_batch} is not divisible by "
                              f"{size} x grad-accum {accum} (variant {planned.variant})")
+    nproc = max(c.nproc for c in recording.configs or (config,))
     if resolve_backend(config.backend) == "nccl":
         gpus = cuda_device_count()
-        nproc = max(c.nproc for c in recording.configs or (config,))
         if nproc > gpus:
             raise UsageError(f"--backend nccl needs one GPU per rank: --nproc {nproc}, "
                              f"but {gpus} CUDA GPU(s) are visible")
+    elif nproc > MAX_RANKS_PER_CORE * usable_cores() and any(
+            VARIANTS[v].distributed for v in recording.variants):
+        raise UsageError(f"--nproc {nproc}: more than {MAX_RANKS_PER_CORE} CPU ranks per core "
+                         f"({usable_cores()} cores usable here); such a run measures only the "
+                         "contention")
 
 
 def check_tensor_parallel(run: RunConfig) -> None:
@@ -197,9 +205,13 @@ def torchrun_command(config: Launch, run_dir: Path, rdzv_id: str,
     return [*command, "-m", worker, str(run_dir / config_file)]
 
 
-def threads_per_rank(nproc: int) -> int:
+def usable_cores() -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // nproc)
+    return cores or 1
+
+
+def threads_per_rank(nproc: int) -> int:
+    return max(1, usable_cores() // nproc)
 
 
 def record(recording: Recording) -> list[RunOutcome]:

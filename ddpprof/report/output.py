@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from ..atomic import check_outputs, is_stdout, json_text, refuse_inputs, write_text
-from ..errors import RunFailed, UsageError, describe_os_error
+from ..atomic import check_outputs, is_stdout, json_text, refuse_inputs, write_output
+from ..errors import without_secrets
 from .table import Table, markdown_text, terminal_text, to_csv, to_markdown, to_text
 
 
@@ -42,7 +42,11 @@ class Outputs:
 
     def files(self, page_name: str) -> dict[str, str | os.PathLike[str] | None]:
         return {"--json": self.json, "--csv": self.csv, "--markdown": self.markdown,
-                "--html": self.page(page_name)}
+                self.page_option: self.page(page_name)}
+
+    @property
+    def page_option(self) -> str:
+        return "--html-out" if self.html_out is not None else "--html"
 
     @property
     def to_stdout(self) -> bool:
@@ -54,7 +58,7 @@ class Outputs:
         """Refuse, before any work, an output that cannot be written, two on standard output,
         or one that would land on an input (``files``) or in a run being recorded."""
         check_outputs(json=self.json, csv=self.csv, markdown=self.markdown,
-                      html=self.page(page_name))
+                      **{self.page_option[2:].replace("-", "_"): self.page(page_name)})
         refuse_inputs(self.files(page_name), files=files, folders=folders,
                       runs_under=runs_under, what=what)
 
@@ -136,22 +140,17 @@ def terminal(output: Output, wide: bool, tty: bool) -> str:
 def emit(output: Output, outputs: Outputs) -> None:
     """Write the files asked for, then print the rest (on stderr when a file went to
     standard output), then the notes and errors on stderr."""
-    def write(path: Path | None, make: Callable[[], str]) -> None:
-        if path is None:
-            return
-        try:
-            write_text(path, make())
-        except OSError as error:
-            raise (RunFailed if output.ran else UsageError)(
-                describe_os_error(path, error)) from None
+    def write(option: str, path: Path | None, make: Callable[[], str]) -> None:
+        if path is not None:
+            write_output(option, path, make(), output.ran)
 
-    write(outputs.json, lambda: document_text(output.document))
+    write("--json", outputs.json, lambda: document_text(output.document))
     if output.tables:
-        write(outputs.csv, lambda: to_csv(output.tables[0]))
-    write(outputs.markdown, lambda: markdown(output, outputs.wide))
+        write("--csv", outputs.csv, lambda: to_csv(output.tables[0]))
+    write("--markdown", outputs.markdown, lambda: markdown(output, outputs.wide))
     page = outputs.page(output.page_name) if output.page is not None else None
     if output.page is not None:
-        write(page, output.page)
+        write(outputs.page_option, page, output.page)
     if not (is_stdout(outputs.markdown) or is_stdout(outputs.csv)):
         # JSON on standard output: the table for the person goes to stderr; a table written
         # there as Markdown or CSV already is the table
@@ -160,4 +159,4 @@ def emit(output: Output, outputs: Outputs) -> None:
         stream.flush()
     notes = output.notes + ([f"report: {page}"] if page is not None else [])
     notes += [f"ddpprof: error: {error}" for error in output.errors]
-    sys.stderr.write("".join(terminal_text(note) + "\n" for note in notes))
+    sys.stderr.write("".join(terminal_text(without_secrets(note)) + "\n" for note in notes))

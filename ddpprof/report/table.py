@@ -2,9 +2,10 @@
 
 A :class:`Table` is typed rows and the columns to show; the module that owns the rows defines
 the columns, once. Everything a table prints is escaped for where it goes: a control character
-never reaches a terminal, a Markdown cell holds no line break, no ``|`` and no ``<`` (so no
-``<!--`` can hide the rows after it in a PR comment), and a CSV cell that a spreadsheet would
-run as a formula (``=``, ``+``, ``-``, ``@``, tab, CR) starts with ``'``.
+(or a bidirectional override) never reaches a terminal, a Markdown cell holds no line break,
+no ``|`` and no ``<`` (so no ``<!--`` can hide the rows after it in a PR comment), and a CSV
+cell that a spreadsheet would run as a formula (``=``, ``+``, ``-``, ``@``, tab, CR) starts
+with ``'``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from typing import Any
 
 #: What a cell holds.
 Cell = str | int | float | bool | None
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: Control characters, line and paragraph separators, and the bidirectional formatting
+#: characters that can make text read otherwise than it is stored ("Trojan Source").
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e"
+                      r"\u2066-\u2069]")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 

@@ -70,6 +70,9 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     run = discover([run_path])[0]
     if run.error:
         raise UsageError(run.error)
+    if on_note is not None:
+        for text in run.notes:    # files skipped, say
+            on_note(text)
     if (status := effective_status(run.manifest)) in INCOMPLETE:
         raise UsageError(f"{run.folder}: the run is {status} ({status_detail(run.manifest)}); "
                          "simulate calibrates only from a complete run")

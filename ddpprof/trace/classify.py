@@ -253,8 +253,11 @@ def is_gpu_trace(stream: np.ndarray) -> bool:
 # ---- steps ----------------------------------------------------------------------------------
 
 def step_number(name: str) -> int:
+    """N of ``ProfilerStep#N``; -1 for another name, or for an N beyond int64 (no profiler
+    counts that far: such a name is not a step)."""
     match = PROFILER_STEP.match(name)
-    return int(match.group(1)) if match else -1
+    number = int(match.group(1)) if match and len(match.group(1)) <= 18 else -1
+    return number
 
 
 def profiler_steps(trace: RankTrace, stream: np.ndarray | None = None

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import manifest as manifest_module
+from ..atomic import remember_input
 from ..errors import TraceError, UsageError
-from ..manifest import MAX_MANIFEST_BYTES, RunManifest
+from ..manifest import INCOMPLETE, MAX_MANIFEST_BYTES, RunManifest, effective_status
 from . import io, storage
 from .storage import Location
 
@@ -73,6 +74,19 @@ def _trace_files(folder: Location) -> tuple[list[Location], list[str]]:
                     "device or a socket is never read)"]
 
 
+def run_files(folder: Path) -> list[Path]:
+    """The files of the run folder ``folder`` a command must never write over: its trace
+    files and ``run.json`` (each remembered as an input, ``ddpprof.atomic.remember_input``)."""
+    try:
+        traces, _ = _trace_files(folder)
+    except OSError:
+        traces = []
+    files = [*traces, folder / MANIFEST_NAME]
+    for path in files:
+        remember_input(path)
+    return files  # type: ignore[return-value]
+
+
 def read_manifest(folder: Location) -> RunManifest:
     """``run.json`` of ``folder``, typed (empty when there is none); a file that cannot be
     read, is not JSON, or holds a field of the wrong type is a UsageError naming it (and the
@@ -91,13 +105,18 @@ def read_manifest(folder: Location) -> RunManifest:
 
 def _run(name: str, folder: Location, traces: list[Location], notes: list[str]) -> RunInput:
     run = RunInput(display_name(name), folder, traces, notes=notes)
-    if not traces:
-        run.error = f"{folder}: no trace file to read ({'; '.join(notes)})"
-        return run
+    for path in (*traces, storage.join(folder, MANIFEST_NAME)):
+        if isinstance(path, Path):    # read by this process or its workers: never an output
+            remember_input(path)
     try:
         run.manifest = read_manifest(folder)
     except UsageError as error:
         run.error = str(error)
+        return run
+    # A recording that failed before any rank wrote a trace is still a run: listed as failed
+    if not traces and effective_status(run.manifest) not in INCOMPLETE:
+        run.error = f"{folder}: no trace files (*.json, *.json.gz) to read" + (
+            f" ({'; '.join(notes)})" if notes else "")
     return run
 
 
@@ -114,7 +133,7 @@ def _subfolders(path: Location) -> list[RunInput]:
             found.append(RunInput(display_name(storage.name(sub)), sub, [], error=(
                 f"{sub}: cannot be read ({error.strerror or error})")))
             continue
-        if traces or notes:
+        if traces or notes or storage.is_file(storage.join(sub, MANIFEST_NAME)):
             found.append(_run(storage.name(sub), sub, traces, notes))
     return found
 
@@ -159,13 +178,15 @@ def discover(paths: list[Location]) -> list[RunInput]:
                     beside = _run(storage.name(path) or str(path), path, traces, notes)
                     beside.beside_runs = True
                     runs.append(beside)
-            elif traces:
+            elif traces or storage.is_file(storage.join(path, MANIFEST_NAME)):
                 runs.append(_run(storage.name(path) or str(path), path, traces, notes))
             else:
                 raise TraceError(path, "no trace files (*.json, *.json.gz) here or in its "
                                        "subfolders" + "".join(f"; {note}" for note in notes))
         except OSError as error:
             raise TraceError(path, f"cannot be read ({error.strerror or error})") from None
-    runs += [_run(storage.name(folder), folder, sorted(files, key=str), [])
+    # a file in the working folder: its run is named after the folder, never "" (".")
+    runs += [_run(storage.name(folder) or storage.report_name(folder), folder,
+                  sorted(files, key=str), [])
              for folder, files in loose.items()]
     return runs

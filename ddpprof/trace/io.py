@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..atomic import remember_input
 from ..errors import TraceError, UsageError
 from . import storage
 from .storage import Location
@@ -122,6 +123,7 @@ def open_regular(path: Path) -> tuple[int, os.stat_result]:
     except BaseException:
         os.close(fd)
         raise
+    remember_input(status=after)      # no output of this process may replace it
     return fd, after
 
 
