@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ddpprof.analysis import AnalysisOptions, LastStep
@@ -522,8 +522,18 @@ def test_fuzz_odd_field_types(document, gzipped, drop_last_step, per_step, fuzz_
         _analyze_or_trace_error(trace, drop_last_step, per_step)
 
 
+#: Found by this fuzz test: ProfilerSteps named only by events on a device stream, so there is
+#: no host step to cut the window at.
+_STEPS_ON_A_STREAM = {"traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#0", "ts": 0, "dur": 0, "pid": 0,
+     "tid": "stream 7", "args": {"Collective name": "allreduce", "stream": 0, "correlation": 0}},
+    {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "ts": 0, "dur": 0, "pid": 0,
+     "tid": "stream 7", "args": {"stream": 0, "correlation": 0}}]}
+
+
 @FUZZ
 @given(document=_PLAUSIBLE_DOCUMENTS, drop_last_step=st.booleans(), per_step=st.booleans())
+@example(document=_STEPS_ON_A_STREAM, drop_last_step=False, per_step=False)
 def test_fuzz_analyze_trace(document, drop_last_step, per_step, fuzz_dir):
     trace = _load_or_trace_error(_write(fuzz_dir / "plausible_rank0.json", document))
     if trace is not None:

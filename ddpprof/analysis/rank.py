@@ -113,6 +113,8 @@ class _DeviceAnalysis:
         device = classify.device_kernels(trace, stream)
         host = ~device
         step_spans = host & classify.is_step_span(trace)
+        if not step_spans.any():   # steps named by device events only: no host step to cut at
+            return classify.on_device(stream), np.ones(trace.n_events, dtype=bool)
         if self.last_step == LastStep.DROPPED:
             host_kept = host & (self.start < self.start[step_spans].max())
         else:
