@@ -49,6 +49,13 @@ MIN_WORK_US = 50.0
 #: An occurrence is mostly overlapped at this share or more, else mostly alone.
 OVERLAPPED = 0.5
 BOOTSTRAP = 200
+#: The tax is fitted on at most this many (rank, step) clusters, evenly spaced over the run:
+#: the fit has one dummy per cluster, so its least squares grow with the square of their
+#: number, and a few dozen steps tell the tax (a long trace would otherwise take minutes).
+MAX_CLUSTERS = 32
+#: ... and on at most this many occurrences, evenly spaced (each bootstrap refit is a least
+#: squares over all of them).
+MAX_SAMPLES = 4096
 SEED = 0
 #: Ops that ran only alone (or only overlapped) still tell each step's load: this many of the
 #: longest are kept beside those that tell the tax.
@@ -290,15 +297,28 @@ def _row(side: str, work_class: str, size: str, samples: _Samples, column: int,
     if reference is None:
         reference = samples.subset(_reference(samples, varying))
     told = samples.subset(varying)
-    fit = _Fit(_Samples(*(np.concatenate([a, b]) for a, b in zip(
+    fit = _Fit(_bounded(_Samples(*(np.concatenate([a, b]) for a, b in zip(
         (told.log_duration, told.key, told.cluster, told.shares),
         (reference.log_duration, reference.key, reference.cluster, reference.shares),
-        strict=True))))
+        strict=True)))))
     gamma = fit.gamma(np.ones(fit.key.size), column) if keys else None
     if gamma is None:
         return TaxRow(side, work_class, size, None, None, None, keys, alone, overlapped)
     low, high = fit.interval(column)
     return TaxRow(side, work_class, size, _pct(gamma), low, high, keys, alone, overlapped)
+
+
+def _bounded(samples: _Samples) -> _Samples:
+    """At most :data:`MAX_CLUSTERS` clusters' samples and :data:`MAX_SAMPLES` of them, each
+    evenly spaced."""
+    clusters = np.unique(samples.cluster)
+    if clusters.size > MAX_CLUSTERS:
+        kept = clusters[np.linspace(0, clusters.size - 1, MAX_CLUSTERS).round().astype(np.int64)]
+        samples = samples.subset(np.isin(samples.cluster, kept))
+    if samples.key.size > MAX_SAMPLES:
+        samples = samples.subset(np.unique(np.linspace(
+            0, samples.key.size - 1, MAX_SAMPLES).round().astype(np.int64)))
+    return samples
 
 
 def _pct(gamma: float) -> float:
