@@ -19,36 +19,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scaling_inputs import span, step_events
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG = {"variant": "bucket_ddp_async", "model": "mlp-small", "world_size": 2,
           "nproc_per_node": 2, "nnodes": 1, "backend": "gloo", "grad_accum": 1,
           "bucket_cap_mb": 25.0, "global_batch": 64, "steps": 4}
 
 
-def span(name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op",
-         **args: Any) -> dict[str, Any]:
-    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
-            "args": args}
-
-
-def training_step(number: int, base: float, backward_us: float) -> list[dict[str, Any]]:
-    """A 1000 µs step: forward, a backward producing two gradients (1 KiB and 4 KiB, each
-    all-reduced as it is ready), the optimizer."""
-    events = [span(f"ProfilerStep#{number}", base, 1000, cat="user_annotation"),
-              span("aten::mm", base + 10, 180),
-              span("autograd::engine::evaluate_function: MmBackward0", base + 200, backward_us)]
-    for ready, numel, took in ((300, 256, 40), (500, 1024, 90)):
-        dims = {"Input Dims": [[numel]], "Input type": ["float"]}
-        events += [span("torch::autograd::AccumulateGrad", base + ready - 20, 20, **dims),
-                   span("c10d::allreduce_", base + ready + 1, 2),
-                   span("gloo:all_reduce", base + ready + 5, took, tid=9, **dims)]
-    events.append(span("Optimizer.step#AdamW.step", base + 700, 100, cat="user_annotation"))
-    return events
-
-
 def trace(rank: int, backward_us: float = 300, steps: int = 4,
           names: tuple[str, ...] = ()) -> dict[str, Any]:
-    events = [e for s in range(steps) for e in training_step(s, 1000.0 * s, backward_us)]
+    events = [e for s in range(steps) for e in step_events(s, 1000.0 * s, backward_us, mm_us=180)]
     events += [span(name, 20 + 5 * i, 3) for i, name in enumerate(names)]
     return {"traceEvents": events,
             "distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"}}

@@ -42,18 +42,19 @@ MANIFEST = {"schema_version": 3, "status": "complete", "config": {
 
 
 def span(name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op",
-         **args: object) -> str:
-    return json.dumps({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts,
-                       "dur": dur, "args": args}, separators=(",", ":"))
+         **args: object) -> dict[str, object]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}
 
 
-def training_step(number: int, base: float) -> list[str]:
+def step_events(number: int, base: float, backward_us: float = 300, mm_us: float = 190
+                ) -> list[dict[str, object]]:
     """A 1000 µs step of a bucketed gloo run: forward, a backward producing two gradients
     (1 KiB and 4 KiB, each all-reduced as it is ready: two sizes, so that a cost model can be
     fitted), the optimizer."""
     events = [span(f"ProfilerStep#{number}", base, 1000, cat="user_annotation"),
-              span("aten::mm", base + 10, 190),
-              span("autograd::engine::evaluate_function: MmBackward0", base + 200, 300)]
+              span("aten::mm", base + 10, mm_us),
+              span("autograd::engine::evaluate_function: MmBackward0", base + 200, backward_us)]
     for ready, numel, took in ((300, 256, 40), (500, 1024, 90)):
         dims = {"Input Dims": [[numel]], "Input type": ["float"]}
         events += [span("torch::autograd::AccumulateGrad", base + ready - 20, 20, **dims),
@@ -61,6 +62,11 @@ def training_step(number: int, base: float) -> list[str]:
                    span("gloo:all_reduce", base + ready + 5, took, tid=9, **dims)]
     events.append(span("Optimizer.step#AdamW.step", base + 700, 100, cat="user_annotation"))
     return events
+
+
+def training_step(number: int, base: float) -> list[str]:
+    """:func:`step_events`, each event as compact JSON."""
+    return [json.dumps(e, separators=(",", ":")) for e in step_events(number, base)]
 
 
 def write_trace(path: Path, steps: int, distributed: bool) -> None:
