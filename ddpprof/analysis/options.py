@@ -17,6 +17,10 @@ Steps = TypeVar("Steps", np.ndarray, list[Any])
 #: The most steps whose graphs ``simulate`` and the bucket-cap advice replay: evenly spread
 #: over the analyzed window (a replay costs tens of ms a step; a long trace has thousands).
 REPLAYED_STEPS = 16
+#: The steps whose graphs ``analyze``'s bucket-cap advice replays: the window's middle step
+#: (a step of a large trace takes a few hundred ms to build and replay; ``simulate`` replays
+#: more).
+ADVISED_STEPS = 1
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from ..variants import VARIANT_NAMES
 from .buckets import BucketTimeline
 from .executors import Executor, Progress, executor_for
 from .groups import run_groups
-from .options import REPLAYED_STEPS, AnalysisOptions, LastStep
+from .options import ADVISED_STEPS, AnalysisOptions, LastStep
 from .rank import analyze_rank
 from .results import Analysis, RankResult, RunProblem, RunResult
 
@@ -86,7 +86,7 @@ def _analyze(trace: RankTrace, last_step: LastStep, options: AnalysisOptions) ->
 
         result.graph_steps = rank_steps(
             trace, trace.rank or 0, options.keep_last_step,
-            at_most=options.max_graph_steps if options.step_graphs else REPLAYED_STEPS)
+            at_most=options.max_graph_steps if options.step_graphs else ADVISED_STEPS)
     return result
 
 

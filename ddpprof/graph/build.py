@@ -102,11 +102,16 @@ def prepare(trace: RankTrace, keep_last_step: bool = False,
 
 
 def _launches(trace: RankTrace, stream: np.ndarray, kernels: np.ndarray) -> dict[int, int]:
+    """Each kernel's launch: the host event of its correlation id (the last, if several)."""
     launching = np.flatnonzero((stream < 0) & trace.has_correlation)
-    by_correlation = {int(trace.correlation[i]): int(i) for i in launching}
-    return {int(k): by_correlation[int(trace.correlation[k])]
-            for k in np.flatnonzero(kernels & trace.has_correlation)
-            if int(trace.correlation[k]) in by_correlation}
+    launched = np.flatnonzero(kernels & trace.has_correlation)
+    order = np.argsort(trace.correlation[launching], kind="stable")
+    ids = trace.correlation[launching][order]
+    at = np.searchsorted(ids, trace.correlation[launched], side="right") - 1
+    found = at >= 0
+    found[found] = ids[at[found]] == trace.correlation[launched][found]
+    return dict(zip(launched[found].tolist(), launching[order[at[found]]].tolist(),
+                    strict=True))
 
 
 @dataclass
@@ -338,14 +343,15 @@ def rank_steps(trace: RankTrace, rank: int, keep_last_step: bool = False,
                classifier: KernelClassifier | None = None, at_most: int | None = None
                ) -> list[RankStep]:
     """``rank``'s share of the graph of each of its analyzed steps (at most ``at_most`` of
-    them, evenly spread over the window: the same steps on every rank that has the same)."""
+    them, evenly spread over the window, one: its middle step; the same steps on every rank
+    that has the same)."""
     p = prepare(trace, keep_last_step, classifier)
     issuer = {span: op for span, op in classify.issuing_ops(
         trace, np.flatnonzero(p.host_comm)).items()}
     steps = p.steps
     if at_most is not None and len(steps) > at_most:
         steps = [steps[int(k)] for k in np.unique(np.round(np.linspace(
-            0, len(steps) - 1, at_most)))]
+            0, len(steps) - 1, at_most)))] if at_most > 1 else [steps[(len(steps) - 1) // 2]]
     found = []
     for number, name, lo, hi, thread in steps:
         part = _rank_part(p, rank, lo, hi, thread)

@@ -301,7 +301,7 @@ def _row(side: str, work_class: str, size: str, samples: _Samples, column: int,
         (told.log_duration, told.key, told.cluster, told.shares),
         (reference.log_duration, reference.key, reference.cluster, reference.shares),
         strict=True)))))
-    gamma = fit.gamma(np.ones(fit.key.size), column) if keys else None
+    gamma = fit.gamma(column) if keys else None
     if gamma is None:
         return TaxRow(side, work_class, size, None, None, None, keys, alone, overlapped)
     low, high = fit.interval(column)
@@ -358,46 +358,84 @@ def _reference(samples: _Samples, varying: np.ndarray) -> np.ndarray:
 class _Fit:
     """``log d = a(key) + b(cluster) + Σ γ_j f_j``, by weighted least squares with the key
     effects taken out by demeaning within keys. The cluster bootstrap refits with each
-    cluster weighted by how often it was drawn (the same fit as on the drawn copies)."""
+    cluster weighted by how often it was drawn (the same fit as on the drawn copies).
+
+    Every refit weights whole clusters, so the fit is solved from sums kept per cluster and
+    per (key, cluster) cell: with ``z`` a sample's regressors and target (its shares, its
+    cluster's dummy, its log duration) and ``w_c`` the clusters' weights, the within-key
+    cross products are ``M = Σ_c w_c A_c − Σ_k u_k u_kᵀ / W_k`` (``A_c = Σ z zᵀ`` over the
+    cluster, ``u_k`` and ``W_k`` the key's weighted sums of ``z`` and of weight), and γ
+    solves the normal equations ``M`` states. All refits are solved at once: the cost does
+    not grow with the number of samples."""
+
+    #: A column's within-key spread below this (mean square) is no spread at all, and one
+    #: whose part unexplained by the other columns is below this share of it is collinear.
+    _NO_SPREAD = 1e-18
+    _COLLINEAR = 1e-10
 
     def __init__(self, samples: _Samples) -> None:
-        self.samples = samples
-        _, self.key = np.unique(samples.key, return_inverse=True)
-        _, self.cluster = np.unique(samples.cluster, return_inverse=True)
-        self.key, self.cluster = self.key.ravel(), self.cluster.ravel()
-        self.keys = int(self.key.max()) + 1 if self.key.size else 0
-        self.clusters = int(self.cluster.max()) + 1 if self.cluster.size else 0
-        self.onehot = np.zeros((self.cluster.size, self.clusters))
-        self.onehot[np.arange(self.cluster.size), self.cluster] = 1.0
+        _, key = np.unique(samples.key, return_inverse=True)
+        _, cluster = np.unique(samples.cluster, return_inverse=True)
+        key, cluster = key.ravel(), cluster.ravel()
+        self.size = int(key.size)
+        self.keys = int(key.max()) + 1 if key.size else 0
+        self.clusters = int(cluster.max()) + 1 if cluster.size else 0
+        self.columns = int(samples.shares.shape[1])
+        onehot = np.zeros((key.size, self.clusters))
+        onehot[np.arange(key.size), cluster] = 1.0
+        z = np.concatenate([samples.shares, onehot, samples.log_duration[:, None]], axis=1)
+        width = z.shape[1]
+        self.cross = np.zeros((self.clusters, width * width))     # A_c, flattened
+        for c in range(self.clusters):
+            mine = z[cluster == c]
+            self.cross[c] = (mine.T @ mine).ravel()
+        self.cell_sum = np.zeros((self.keys, self.clusters, width))  # U_kc
+        np.add.at(self.cell_sum, (key, cluster), z)
+        self.cell_count = np.zeros((self.keys, self.clusters))        # n_kc
+        np.add.at(self.cell_count, (key, cluster), 1.0)
 
-    def _demeaned(self, values: np.ndarray, weight: np.ndarray, total: np.ndarray
-                  ) -> np.ndarray:
-        means = np.bincount(self.key, weights=weight * values, minlength=self.keys)
-        return values - (means / np.where(total > 0, total, 1.0))[self.key]
+    def gammas(self, cluster_weight: np.ndarray, column: int) -> np.ndarray:
+        """γ of ``column`` for each row of cluster weights (``(refits, clusters)``); NaN
+        where that column does not vary within any key or the loads explain it."""
+        refits = cluster_weight.shape[0]
+        width = self.cell_sum.shape[2]
+        if self.size < 2:
+            return np.full(refits, np.nan)
+        moments = (cluster_weight @ self.cross).reshape(refits, width, width)
+        # refits in chunks, so the (refit, key, column) sums stay a few MB
+        chunk = max(1, 2_000_000 // max(self.keys * width, 1))
+        for first in range(0, refits, chunk):
+            w = cluster_weight[first:first + chunk]
+            sums = (w @ self.cell_sum.transpose(1, 0, 2).reshape(self.clusters, -1)
+                    ).reshape(w.shape[0], self.keys, width)
+            weight = w @ self.cell_count.T
+            scaled = sums / np.where(weight > 0, weight, 1.0)[:, :, None]
+            moments[first:first + chunk] -= scaled.transpose(0, 2, 1) @ sums
+        design = width - 1
+        gram, target = moments[:, :design, :design], moments[:, :design, design]
+        spread = gram[:, column, column]
+        total_weight = np.maximum(cluster_weight @ self.cell_count.sum(axis=0), 1.0)
+        # one eigendecomposition gives the pseudo-inverse and the directions the samples do
+        # not tell apart (the cluster dummies always sum to a constant, so there is one)
+        values, vectors = np.linalg.eigh(gram)
+        kept = values > self._COLLINEAR * np.maximum(values[:, -1:], 1e-300)
+        # row ``column`` of the pseudo-inverse: V[j] Λ⁺ Vᵀ
+        row = (vectors[:, column, :] * np.where(kept, 1.0 / np.where(kept, values, 1.0), 0.0)
+               )[:, None, :] @ vectors.transpose(0, 2, 1)
+        row = row[:, 0, :]
+        # γ is told only by what of its column the other columns (the loads) do not explain:
+        # no untold direction may involve it, and its part left unexplained
+        # (1 / its diagonal entry there, the Schur complement) must not vanish beside its spread
+        involved = np.where(kept, 0.0, np.abs(vectors[:, column, :])).max(axis=1)
+        told = (spread > self._NO_SPREAD * total_weight) & (involved < 1e-6) & (
+            row[:, column] * self._COLLINEAR * spread < 1.0)
+        solution = (row * target).sum(axis=1)
+        return np.where(told, solution, np.nan)
 
-    def gamma(self, weight: np.ndarray, column: int) -> float | None:
-        """γ of ``column``; None when that column does not vary within any key."""
-        if self.key.size < 2:
-            return None
-        total = np.bincount(self.key, weights=weight, minlength=self.keys)
-        shares = np.stack([self._demeaned(self.samples.shares[:, j], weight, total)
-                           for j in range(self.samples.shares.shape[1])], axis=1)
-        if not np.any((np.abs(shares[:, column]) > 1e-9) & (weight > 0)):
-            return None
-        per_cluster = np.bincount(self.key * self.clusters + self.cluster, weights=weight,
-                                  minlength=self.keys * self.clusters).reshape(
-            self.keys, self.clusters) / np.where(total > 0, total, 1.0)[:, None]
-        root = np.sqrt(weight)[:, None]
-        design = np.concatenate([shares, self.onehot - per_cluster[self.key]], axis=1) * root
-        # γ is told only by what of its column the other columns (the loads) do not explain
-        others = np.delete(design, column, axis=1)
-        explained, *_ = np.linalg.lstsq(others, design[:, column], rcond=None)
-        left = design[:, column] - others @ explained
-        if np.linalg.norm(left) <= 1e-9 * max(float(np.linalg.norm(design[:, column])), 1e-300):
-            return None
-        target = self._demeaned(self.samples.log_duration, weight, total) * root[:, 0]
-        solution, *_ = np.linalg.lstsq(design, target, rcond=None)
-        return float(solution[column])
+    def gamma(self, column: int) -> float | None:
+        """γ of ``column`` with every cluster once; None when it cannot be told."""
+        found = float(self.gammas(np.ones((1, self.clusters)), column)[0])
+        return None if np.isnan(found) else found
 
     def interval(self, column: int) -> tuple[float | None, float | None]:
         """The 95% percentile interval of the tax over :data:`BOOTSTRAP` refits (None with
@@ -406,11 +444,10 @@ class _Fit:
             return None, None
         rng = np.random.default_rng(SEED)
         draws = rng.multinomial(self.clusters, np.full(self.clusters, 1 / self.clusters),
-                                size=BOOTSTRAP)
-        taxes = [_pct(g) for drawn in draws
-                 if (g := self.gamma(drawn[self.cluster].astype(np.float64), column))
-                 is not None]
-        if len(taxes) < BOOTSTRAP / 2:
+                                size=BOOTSTRAP).astype(np.float64)
+        gammas = self.gammas(draws, column)
+        taxes = 100.0 * np.expm1(gammas[~np.isnan(gammas)])
+        if taxes.size < BOOTSTRAP / 2:
             return None, None
         low, high = np.percentile(taxes, [2.5, 97.5])
         return float(low), float(high)

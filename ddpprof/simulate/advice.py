@@ -1,6 +1,7 @@
 """The simulator's advice on a run's bucket cap, for ``ddpprof.findings`` (never measures): the
-replay of the run's median step's graph at each cap (``simulate``), from what ``analyze``'s
-rank workers took of the traces (``AnalysisOptions.replay_graphs``): no trace is read twice."""
+replay of the graph of the middle step of the analyzed window at each cap (``simulate``), from
+what ``analyze``'s rank workers took of the traces (``AnalysisOptions.replay_graphs``,
+``ADVISED_STEPS``): no trace is read twice."""
 
 from __future__ import annotations
 
