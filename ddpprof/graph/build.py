@@ -44,6 +44,7 @@ from ..metrics.waits import _match
 from ..trace import classify
 from ..trace.classify import KernelClassifier, Kind
 from ..trace.events import CommArgs, RankTrace
+from ..trace.structure import launching_host_event
 from .model import Collective, EdgeKind, Gradient, Node, NodeKind, StepGraph, recorded_graph
 
 #: A collective counts as awaited by a wait that returned up to this long (µs) before the
@@ -102,16 +103,10 @@ def prepare(trace: RankTrace, keep_last_step: bool = False,
 
 
 def _launches(trace: RankTrace, stream: np.ndarray, kernels: np.ndarray) -> dict[int, int]:
-    """Each kernel's launch: the host event of its correlation id (the last, if several)."""
-    launching = np.flatnonzero((stream < 0) & trace.has_correlation)
-    launched = np.flatnonzero(kernels & trace.has_correlation)
-    order = np.argsort(trace.correlation[launching], kind="stable")
-    ids = trace.correlation[launching][order]
-    at = np.searchsorted(ids, trace.correlation[launched], side="right") - 1
-    found = at >= 0
-    found[found] = ids[at[found]] == trace.correlation[launched][found]
-    return dict(zip(launched[found].tolist(), launching[order[at[found]]].tolist(),
-                    strict=True))
+    """Each kernel's launch: the host event of its correlation id."""
+    launcher = launching_host_event(trace, stream)
+    launched = np.flatnonzero(kernels & (launcher >= 0))
+    return dict(zip(launched.tolist(), launcher[launched].tolist(), strict=True))
 
 
 @dataclass
