@@ -38,6 +38,7 @@ TP_EXPOSED_SHARE = 0.10          # tp_exposed: a tensor-parallel group exposed �
 TP_DOMINANT_SHARE = 0.5          # ... and at least this share of all groups' exposed time
 A2A_IMBALANCE = 1.5              # a2a_imbalance: the heaviest rank sends ≥ this × the mean ...
 A2A_SHARE = 0.05                 # ... in a group whose communication is ≥ this share of the step
+QUEUED_SHARE = 0.05              # comm_queued: a group's calls queued ≥ this share of the step
 #: Process group names that are tensor parallelism's (DeviceMesh's ``tp``, DTensor's functional
 #: collectives found by structure).
 TENSOR_PARALLEL_GROUPS = frozenset({"tp", "tensor", "tensor_parallel", "functional"})
@@ -394,9 +395,33 @@ def a2a_imbalance(run: RunResult, advice: CapAdvice | None) -> Finding | None:
          Evidence("comm_ms_per_step", round(row.comm_ms_per_step, 3), "ms")])
 
 
+def comm_queued(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """Collectives that could overlap but wait behind other traffic on their stream: a group
+    whose calls, once launched, queued behind another group's calls or behind blocking calls
+    of their own group (``metrics.groups.queued``) for at least QUEUED_SHARE of the step,
+    mean over its ranks. What it costs is taken as that queued time."""
+    step_ms = statistics.fmean(_step_ms(r) for r in run.ranks)
+    candidates = [row for row in group_rows(run) if row.queued_behind is not None
+                  and step_ms and row.queued_ms_per_step >= QUEUED_SHARE * step_ms]
+    if not candidates:
+        return None
+    row = max(candidates, key=lambda r: r.queued_ms_per_step)
+    share = row.queued_ms_per_step / step_ms
+    return _finding(
+        run, "comm_queued", share,
+        f"the collectives of group {row.name} wait {row.queued_ms_per_step:.2f} ms per step "
+        f"({100 * share:.0f}% of the step) in their stream's queue behind {row.queued_behind}: "
+        "they were launched in time to overlap, but start only when those end. Give them a "
+        "process group of their own (a communicator, and so a stream, of their own), or issue "
+        "the blocking collectives after them.",
+        [Evidence("group", row.name), Evidence("behind", row.queued_behind),
+         Evidence("queued_ms_per_step", round(row.queued_ms_per_step, 3), "ms"),
+         Evidence("share_of_step", round(100 * share, 1), "%")])
+
+
 RULES: tuple[Callable[[RunResult, CapAdvice | None], Finding | None], ...] = (
     bucket_cap_too_large, latency_bound, exposed_tail, straggler, no_overlap, host_bound,
-    dataloader, grad_accum_opportunity, tp_exposed, a2a_imbalance)
+    dataloader, grad_accum_opportunity, tp_exposed, a2a_imbalance, comm_queued)
 
 
 #: A finding that names the cause makes a vaguer one about the same run redundant: with

@@ -24,7 +24,7 @@ from ddpprof.gate import evaluate, parse_rule, runs_of
 from ddpprof.manifest import read_manifest
 from ddpprof.metrics import intervals as iv
 from ddpprof.metrics.comm import CollectiveCalls, GroupRef
-from ddpprof.metrics.groups import group_figures, send_imbalance, split_imbalance
+from ddpprof.metrics.groups import group_figures, queued, send_imbalance, split_imbalance
 from ddpprof.trace.loader import load
 from ddpprof.variants import VARIANT_NAMES
 
@@ -187,6 +187,8 @@ def test_kernels_of_an_unknown_library_are_communication_by_structure(tmp_path):
     assert (found.breakdown.comm_us, found.breakdown.compute_us) == (100, 100)
     assert found.breakdown.exposed_comm_us == 40 and found.breakdown.overlap_pct == 60
     assert set(found.collectives) == {"ep_dispatch", "ep_combine"}
+    # the trace names no group for them: not the default group, which they may not have used
+    assert [(f.group.name, f.calls) for f in found.process_groups] == [("structural", 2)]
     [note] = [n for n in found.notes if "by structure" in n]
     assert note.startswith("2 kernels (0.10 ms) on stream 30") and "`dispatch`" in note
     assert (plain.breakdown.comm_us, plain.breakdown.compute_us) == (0, 140)
@@ -268,6 +270,66 @@ def test_tp_exposed_fires_when_tensor_parallel_traffic_dominates(tmp_path):
     assert evidence["group"] == "tp" and evidence["exposed_ms_per_step"] == 0.05
     assert evidence["share_of_step"] == round(100 * 50 / 220, 1)
     assert "--tp" not in finding.message
+
+
+def queued_trace(path: Path, tp_stream: int) -> Path:
+    """Compute on stream 7 over [0, 100] and [200, 400]. A tp all-reduce, launched at 95, runs
+    [100, 200] on stream ``tp_stream``: nothing hides it (blocking). A dp all-reduce on stream
+    20, launched at 120, runs [200, 300]; a second one, launched at 310, runs [320, 360] (it
+    did not wait). Another tp all-reduce, launched at 365, runs [370, 380] on ``tp_stream``."""
+    events = [kernel("gemm_a", 0, 100, 1), kernel("gemm_b", 200, 400, 2),
+              launch(95, 3), {**collective("ncclDevKernel_AllReduce_Sum_f32", 100, 200, TP,
+                                           500, 1, 3), "tid": tp_stream},
+              launch(120, 4), collective("ncclDevKernel_AllReduce_Sum_f32", 200, 300, DP,
+                                         1000, 1, 4),
+              launch(310, 5), collective("ncclDevKernel_AllReduce_Sum_f32", 320, 360, DP,
+                                         1000, 2, 5),
+              launch(365, 6), {**collective("ncclDevKernel_AllReduce_Sum_f32", 370, 380, TP,
+                                            500, 2, 6), "tid": tp_stream}]
+    for event in events:
+        if event.get("tid") == tp_stream and "stream" in event["args"]:
+            event["args"] = {**event["args"], "stream": tp_stream}
+    return write_trace(path, events, world_size=4, backend="nccl")
+
+
+def test_collectives_queued_behind_another_groups_blocking_call_by_hand(tmp_path):
+    """On one stream, the first dp all-reduce was ready at 120 and the tp all-reduce before it
+    ran until 200: it queued 200 − 120 = 80 µs behind group tp. The second dp call was ready at
+    310, after the call before it ended (300): 0. tp's second call was ready at 365, after dp's
+    second ended (360): 0. The finding: 80 µs of the 400 µs window (one step), 20%. With tp on
+    a stream of its own, nothing is before dp's calls: no queue and no finding."""
+    write = lambda folder, stream: queued_trace(tmp_path / folder / "rank0.json", stream)  # noqa: E731
+    write("shared", 20)
+    result = analyze_one(load(tmp_path / "shared" / "rank0.json"), drop_last_step=False)
+    figures = {f.group.name: f for f in result.process_groups}
+    assert figures["dp"].queued_us == 80 and figures["dp"].queued_behind == "tp"
+    assert figures["tp"].queued_us == 0 and figures["tp"].queued_behind is None
+    [run] = analyze_paths([tmp_path / "shared"], AnalysisOptions(jobs=1)).runs
+    [finding] = [f for f in findings([run]) if f.code == "comm_queued"]
+    evidence = {e.name: e.value for e in finding.evidence}
+    assert (evidence["group"], evidence["behind"], evidence["queued_ms_per_step"],
+            evidence["share_of_step"]) == ("dp", "tp", 0.08, 20.0)
+    write("own", 21)
+    result = analyze_one(load(tmp_path / "own" / "rank0.json"), drop_last_step=False)
+    assert all(f.queued_us == 0 for f in result.process_groups)
+    [run] = analyze_paths([tmp_path / "own"], AnalysisOptions(jobs=1)).runs
+    assert not [f for f in findings([run]) if f.code == "comm_queued"]
+
+
+def test_a_groups_own_pipeline_is_not_queueing_but_its_blocking_call_is():
+    """Three dp calls on stream 20: the second, ready at 5, waits for the first [0, 10], which
+    compute hides (not blocking): not counted. The third, ready at 12, waits behind the second
+    [11, 30], which nothing hides (blocking): 30 − 12 = 18 µs behind "dp's blocking
+    all_reduce". Host calls (stream −1) never queue."""
+    dp = GroupRef("1", "dp", None, None, "trace arguments")
+    calls = CollectiveCalls(["all_reduce", "all_reduce", "all_reduce", "all_reduce"],
+                            np.array([0.0, 11.0, 30.0, 31.0]), np.array([10.0, 30.0, 40.0, 35.0]),
+                            [4] * 4, [2] * 4, ["1"] * 4, [None] * 4, groups=[dp] * 4,
+                            stream=[20, 20, 20, -1], ready_us=[0.0, 5.0, 12.0, 0.0])
+    compute = iv.union(np.array([0.0]), np.array([10.0]))
+    waited, behind = queued(calls, compute)
+    assert waited.tolist() == [0, 0, 18, 0]
+    assert behind == [None, None, "dp's blocking all_reduce", None]
 
 
 def test_all_to_all_imbalance_by_hand():

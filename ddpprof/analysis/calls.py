@@ -12,7 +12,8 @@ A call's process group comes from the first source that names it:
    ``mesh_DIM``;
 3. FSDP's spans (``FSDP::*``: the data-parallel shard group, ``fsdp``) or DTensor's functional
    collectives (``_c10d_functional::*``: ``functional``, tensor parallelism's group) around it;
-4. else the default group.
+4. else the default group; for a kernel found to be communication by structure, the group
+   ``structural`` (the trace does not say which group it went over).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from ..trace.events import CommArgs, ProcessGroup, RankTrace
 from ..trace.structure import enclosing, innermost, launching_host_event
 
 SPAN_SOURCE, KIND_SOURCE = "ddpprof::group spans", "FSDP and functional-collective spans"
+#: The group of kernels found to be communication by structure whose trace names no group
+#: (a ``symm_mem::`` op records its group's name as a string argument, which Kineto drops).
+STRUCTURAL_GROUP = GroupRef("structural", "structural", None, None,
+                            "communication by structure, no group recorded")
 
 
 def call_args(trace: RankTrace, index: np.ndarray) -> list[CommArgs | None]:
@@ -50,14 +55,16 @@ def issued_kinds(trace: RankTrace, spans: np.ndarray) -> dict[int, str]:
 
 def collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray, end: np.ndarray,
                      kinds_by_event: dict[int, str] | None = None,
-                     with_groups: bool = False) -> CollectiveCalls:
+                     with_groups: bool = False, by_structure: np.ndarray | None = None
+                     ) -> CollectiveCalls:
     """The calls of the events ``index``, ordered by start; ``with_groups``: with each call's
-    process group (see the module's docstring)."""
+    process group (see the module's docstring; ``by_structure``, a mask over the events: the
+    kernels found to be communication by structure)."""
     kinds, sizes, group_sizes, groups, sequences, splits, received = [], [], [], [], [], [], []
     group_of = {g.name: g for g in trace.process_groups}
     all_args = call_args(trace, index)
     issued_by = _issuing_ops(trace, index, all_args) if with_groups else {}
-    refs = group_refs(trace, index, all_args) if with_groups else []
+    refs = group_refs(trace, index, all_args, by_structure) if with_groups else []
     for k, (i, args) in enumerate(zip(index, all_args, strict=True)):
         args = args or CommArgs()
         kind = (kinds_by_event or {}).get(int(i)) or classify.collective_of(
@@ -76,11 +83,29 @@ def collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray, end
         received.append(args.out_bytes)
     order = np.argsort(start[index], kind="stable")
     pick = lambda values: [values[k] for k in order]  # noqa: E731
+    stream, ready = _queue_places(trace, index, start) if with_groups else ([], [])
     return CollectiveCalls(kind=pick(kinds), start_us=start[index][order],
                            end_us=end[index][order], size_bytes=pick(sizes),
                            group_size=pick(group_sizes), group=pick(groups),
                            sequence=pick(sequences), groups=pick(refs) if refs else [],
-                           in_splits=pick(splits), out_bytes=pick(received))
+                           in_splits=pick(splits), out_bytes=pick(received),
+                           stream=pick(stream) if stream else [],
+                           ready_us=pick(ready) if ready else [])
+
+
+def _queue_places(trace: RankTrace, index: np.ndarray, start: np.ndarray
+                  ) -> tuple[list[int], list[float]]:
+    """Each call's device stream (-1 on the host) and when it was ready: a kernel's launch
+    (its host event's start, not after the kernel's own start), else the call's start."""
+    stream = trace.stream[index]
+    launcher = launching_host_event(trace, trace.stream)[index]
+    launched = (stream >= 0) & (launcher >= 0)
+    # (how long before its start it was launched, on ``start``'s own time base)
+    lead = np.zeros(index.size)
+    lead[launched] = np.maximum(trace.start_us[index[launched]]
+                                - trace.start_us[launcher[launched]], 0.0)
+    ready = start[index].astype(np.float64) - lead
+    return stream.astype(np.int64).tolist(), ready.tolist()
 
 
 def _issuing_ops(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | None]
@@ -120,9 +145,11 @@ def _from_issuing_ops(trace: RankTrace, issued_by: dict[int, int], event: int, k
     return kind, args
 
 
-def group_refs(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | None]
-               ) -> list[GroupRef]:
-    """Each call's process group (module docstring)."""
+def group_refs(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | None],
+               by_structure: np.ndarray | None = None) -> list[GroupRef]:
+    """Each call's process group (module docstring); of the events ``by_structure`` (kernels
+    found to be communication by structure) that nothing names, :data:`STRUCTURAL_GROUP`,
+    not the default group: the trace does not say which group they went over."""
     refs: list[GroupRef | None] = [_named(trace, a) for a in all_args]
     unnamed = np.array([k for k, ref in enumerate(refs) if ref is None], dtype=np.int64)
     if unnamed.size:
@@ -130,7 +157,9 @@ def group_refs(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | No
         for k, ref in zip(unnamed.tolist(), _from_spans(trace, issuers), strict=True):
             refs[k] = ref
     default = _default_group(trace)
-    return [ref or default for ref in refs]
+    structural = by_structure[index] if by_structure is not None else np.zeros(index.size, bool)
+    return [ref or (STRUCTURAL_GROUP if found else default)
+            for found, ref in zip(structural.tolist(), refs, strict=True)]
 
 
 def _named(trace: RankTrace, args: CommArgs | None) -> GroupRef | None:

@@ -33,6 +33,8 @@ class GroupRankRow:
     caused_wait_ms_per_step: float | None
     locality: str | None                 # "intra-node", "inter-node", None: unknown
     calls_by_kind: dict[str, int]
+    queued_ms_per_step: float            # metrics.groups: ready but queued behind other traffic
+    queued_behind: str | None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,6 +69,8 @@ class GroupRow:
     a2a_heaviest_rank: int | None
     a2a_split_imbalance: float | None    # over peers, from recorded split sizes
     calls_by_kind_per_step: dict[str, float]
+    queued_ms_per_step: float            # the mean over its ranks (metrics.groups)
+    queued_behind: str | None            # what the ranks' calls waited for most
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,7 +92,8 @@ def group_rank_row(group: RunGroup, rank: int) -> GroupRankRow:
         transfer_ms_per_step=_per_step(wait.transfer_us, steps) if wait else None,
         wait_ms_per_step=_per_step(wait.wait_us, steps) if wait else None,
         caused_wait_ms_per_step=_per_step(wait.caused_wait_us, steps) if wait else None,
-        locality=group.locality.get(rank), calls_by_kind=f.calls_by_kind)
+        locality=group.locality.get(rank), calls_by_kind=f.calls_by_kind,
+        queued_ms_per_step=_per_step(f.queued_us, steps), queued_behind=f.queued_behind)
 
 
 def _mean(values: list[Any]) -> float | None:
@@ -123,7 +128,20 @@ def group_row(group: RunGroup) -> GroupRow:
         a2a_heaviest_rank=worse.heaviest_rank if worse else None,
         a2a_split_imbalance=group.split_imbalance,
         calls_by_kind_per_step={k: statistics.fmean(
-            r.calls_by_kind.get(k, 0) / group.steps[r.rank] for r in rows) for k in kinds})
+            r.calls_by_kind.get(k, 0) / group.steps[r.rank] for r in rows) for k in kinds},
+        queued_ms_per_step=mean("queued_ms_per_step") or 0.0,
+        queued_behind=_most_waited_for(rows))
+
+
+def _most_waited_for(rows: list[GroupRankRow]) -> str | None:
+    """What the ranks' calls waited for most: each rank's own answer, weighted by its queued
+    time."""
+    reasons: dict[str, float] = {}
+    for row in rows:
+        if row.queued_behind is not None:
+            reasons[row.queued_behind] = reasons.get(row.queued_behind, 0.0) + \
+                row.queued_ms_per_step
+    return max(reasons, key=lambda r: (reasons[r], r)) if reasons else None
 
 
 def group_rows(run: RunResult) -> list[GroupRow]:

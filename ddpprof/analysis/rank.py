@@ -207,7 +207,8 @@ class _DeviceAnalysis:
 
     def _calls(self, events: np.ndarray) -> CollectiveCalls:
         return collective_calls(self.trace, np.flatnonzero(events), self.start, self.end,
-                                self.structural.collective, with_groups=True)
+                                self.structural.collective, with_groups=True,
+                                by_structure=self.structural.mask)
 
     def _note_classification(self, sel: np.ndarray, host_comm: np.ndarray) -> None:
         trace = self.trace

@@ -52,6 +52,10 @@ class CollectiveCalls:
     #: All-to-all(v): the elements sent to each peer, where the trace records them.
     in_splits: list[tuple[int, ...] | None] = field(default_factory=list)
     out_bytes: list[int | None] = field(default_factory=list)   # each call's output buffer
+    #: The device stream each call ran on (-1: on the host) and when it was ready to run:
+    #: its launch for a kernel, else its start. Empty: not known (no queue is measured).
+    stream: list[int] = field(default_factory=list)
+    ready_us: list[float] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -67,7 +71,7 @@ class CollectiveCalls:
         return CollectiveCalls(take(self.kind), self.start_us[pick], self.end_us[pick],
                                take(self.size_bytes), take(self.group_size), take(self.group),
                                take(self.sequence), take(self.groups), take(self.in_splits),
-                               take(self.out_bytes))
+                               take(self.out_bytes), take(self.stream), take(self.ready_us))
 
 
 def message_bytes(kind: str, in_bytes: int | None, out_bytes: int | None,

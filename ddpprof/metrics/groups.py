@@ -10,7 +10,14 @@ compute the rank's breakdown uses):
 * **exposed** ``|⋃ G \\ C|``: the part of it no compute hid;
 * **overlap %** ``|⋃ G ∩ C| / |⋃ G| × 100`` (None without calls that take time);
 * **algbw** bytes / call time, **busbw** Σ bytes × bus factor of the call's kind at the
-  group's size / call time (``comm.BUS_FACTOR``, nccl-tests' definitions).
+  group's size / call time (``comm.BUS_FACTOR``, nccl-tests' definitions);
+* **queued** (device streams only): the time its calls were ready — launched — but waited
+  in their stream's queue behind the call before them on that stream, counted where that call
+  is of another group, or of the same group and *blocking* (compute hid less than
+  :data:`BLOCKING_HIDDEN_SHARE` of it); with ``queued_behind``, what they waited for most. A
+  call ``j`` ready at ``r_j`` behind ``i`` on its stream waits ``max(0, min(s_j, e_i) −
+  max(r_j, s_i))``. Waiting behind a same-group call that overlaps compute is one group's
+  ordinary pipeline, not counted.
 
 Groups may communicate at the same time (a data-parallel reduce-scatter under a
 tensor-parallel all-reduce), so their communication times can add up to more than the rank's
@@ -42,6 +49,42 @@ class GroupFigures:
     algbw_gbps: float | None
     busbw_gbps: float | None
     calls_by_kind: dict[str, int] = field(default_factory=dict)
+    queued_us: float = 0.0
+    queued_behind: str | None = None     # what its calls waited for most (module docstring)
+
+
+#: A call compute hid less than this share of is blocking: the rank waited for it.
+BLOCKING_HIDDEN_SHARE = 0.1
+
+
+def queued(calls: CollectiveCalls, compute: iv.Intervals) -> tuple[np.ndarray, list[str | None]]:
+    """Each call's queued time and what it waited for (module docstring): the name of the
+    other group, or ``"GROUP's blocking KIND"``; None where it did not wait."""
+    waited = np.zeros(calls.n)
+    behind: list[str | None] = [None] * calls.n
+    if not calls.stream or not calls.ready_us:
+        return waited, behind
+    length = calls.end_us - calls.start_us
+    hidden = iv.covered(compute, calls.start_us, calls.end_us)
+    blocking = hidden < BLOCKING_HIDDEN_SHARE * length
+    last: dict[int, int] = {}       # stream -> its latest call so far (calls are by start)
+    for j in range(calls.n):
+        stream = calls.stream[j]
+        if stream < 0:
+            continue
+        i = last.get(stream)
+        last[stream] = j
+        if i is None:
+            continue
+        mine, theirs = calls.group_of(j).name, calls.group_of(i).name
+        if mine == theirs and not blocking[i]:
+            continue
+        wait = min(calls.start_us[j], calls.end_us[i]) - max(calls.ready_us[j],
+                                                             calls.start_us[i])
+        if wait > 0:
+            waited[j] = wait
+            behind[j] = theirs if mine != theirs else f"{theirs}'s blocking {calls.kind[i]}"
+    return waited, behind
 
 
 def calls_by_group(calls: CollectiveCalls) -> dict[str, list[int]]:
@@ -56,7 +99,12 @@ def group_figures(calls: CollectiveCalls, compute: iv.Intervals) -> list[GroupFi
     """The figures of every group with calls on this rank, by name."""
     figures = []
     durations = calls.end_us - calls.start_us
+    waited, behind = queued(calls, compute)
     for _, picked in sorted(calls_by_group(calls).items()):
+        reasons: dict[str, float] = {}
+        for i in picked:
+            if (label := behind[i]) is not None:
+                reasons[label] = reasons.get(label, 0.0) + float(waited[i])
         call_us = float(durations[picked].sum())
         total_bytes, algbw, busbw = bandwidth(calls, picked, call_us)
         lane = iv.union(calls.start_us[picked], calls.end_us[picked])
@@ -68,7 +116,9 @@ def group_figures(calls: CollectiveCalls, compute: iv.Intervals) -> list[GroupFi
             call_us=call_us, comm_us=iv.length(lane),
             exposed_us=iv.length(iv.subtract(lane, compute)),
             overlap_pct=overlap_pct(compute, lane), algbw_gbps=algbw, busbw_gbps=busbw,
-            calls_by_kind=dict(sorted(kinds.items()))))
+            calls_by_kind=dict(sorted(kinds.items())),
+            queued_us=float(waited[picked].sum()),
+            queued_behind=max(reasons, key=lambda r: (reasons[r], r)) if reasons else None))
     return figures
 
 
