@@ -36,7 +36,7 @@ from .errors import Interrupted, RunFailed, UsageError, describe_os_error, signa
 from .json_input import read_json_bytes
 from .manifest import Owner, now_iso, owner_is_gone, validation_problem
 from .metrics.comm import BUS_FACTOR
-from .metrics.cost import CostModel, fit_cost, traffic_bytes
+from .metrics.cost import CostModel, fit_cost, measured_curve, traffic_bytes
 from .metrics.tax import OverlapTax
 from .options import MAX_BANDWIDTH_GBPS, MAX_LATENCY_US, MIN_BANDWIDTH_GBPS
 from .record.config import Launch
@@ -136,8 +136,11 @@ class Calibration(msgspec.Struct, kw_only=True):
         if self.fit is None:
             raise UsageError(f"{source}: no cost model ({self.error or 'the sweep has no fit'});"
                              " give --bandwidth-gbps with --latency-us, or --calibration FILE")
+        n = self.world_size or 2
+        curve = measured_curve([traffic_bytes(self.collective, p.size_bytes, n, self.backend)
+                                for p in self.points], [p.time_us for p in self.points])
         return CostModel(self.fit.alpha_us, self.fit.beta_busbw_gbps * 1e3, self.fit.r2,
-                         len(self.points), source)
+                         len(self.points), source, curve)
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: float = 2.0) -> list[int]:
@@ -183,8 +186,8 @@ COLUMNS = columns("size_bytes", "time_us", "busbw_gbps", "model_time_us",
 
 
 def point_rows(calibration: Calibration) -> list[PointRow]:
-    """One row per size, with the fitted model's time beside the measured one."""
-    cost = calibration.cost_model("sweep")
+    """One row per size, with the fitted line's time beside the measured one."""
+    cost = dataclasses.replace(calibration.cost_model("sweep"), curve=())
     n = calibration.world_size or 2
     return [PointRow(size_bytes=p.size_bytes, time_us=p.time_us, time_min_us=p.time_min_us,
                      time_max_us=p.time_max_us, algbw_gbps=p.algbw_gbps,

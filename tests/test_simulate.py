@@ -22,7 +22,7 @@ from ddpprof.graph.contended import Tax
 from ddpprof.graph.path import replay, step_length_us
 from ddpprof.graph.whatif import replay_edited
 from ddpprof.manifest import BucketRecord
-from ddpprof.metrics.cost import fit_cost, traffic_bytes
+from ddpprof.metrics.cost import CostModel, fit_cost, measured_curve, traffic_bytes
 from ddpprof.metrics.tax import OverlapTax, TaxRow
 from ddpprof.simulate import registration_positions, simulate_run
 from ddpprof.trace.discover import discover
@@ -56,6 +56,26 @@ def test_fit_keeps_latency_non_negative():
 def test_fit_needs_two_sizes():
     with pytest.raises(UsageError, match="single size"):
         fit_cost(np.array([4e6, 4e6]), np.array([10.0, 11.0]), "test")
+
+
+def test_a_measured_curve_is_followed_where_it_reaches():
+    """Points (1000 B, 100 µs) and (4000 B, 400 µs) on 2 ranks (traffic = size): halfway in
+    log size, 2000 B, the power law through them gives 200 µs; below the first point its time;
+    beyond the last, 400 µs plus the extra 4000 B at β = 10 B/µs: 800 µs."""
+    model = CostModel(5.0, 10.0, None, 2, "test", ((1000.0, 100.0), (4000.0, 400.0)))
+    assert model.time_us(2000, 2) == pytest.approx(200.0)
+    assert model.time_us(10, 2) == 100.0
+    assert model.time_us(8000, 2) == pytest.approx(800.0)
+    assert model.time_us(8000, 1) == 0.0
+    assert CostModel(5.0, 10.0, None, 2).time_us(8000, 2) == 5.0 + 800.0   # no curve: the line
+
+
+def test_a_measured_curve_never_falls_with_size():
+    """Medians 5, 9, 7 µs at 1, 2, 3 B: the 9 is noise (3 B took 7): each point takes the least
+    time measured at its size or more, 5, 7, 7."""
+    assert measured_curve([3.0, 1.0, 2.0], [7.0, 5.0, 9.0]) == ((1.0, 5.0), (2.0, 7.0),
+                                                                (3.0, 7.0))
+    assert measured_curve([1.0], [5.0]) == ()
 
 
 def test_buckets_close_at_the_cap():

@@ -12,6 +12,7 @@ as an all-reduce of the whole input, so there it moves an all-reduce's traffic.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,13 +39,27 @@ class CostModel:
     r2: float | None                   # fit quality over the samples; None when given
     samples: int                       # calls (or sweep sizes) it was fitted on
     source: str = "given"              # where α and β come from, in words
+    #: A measured curve, (traffic bytes, µs) by traffic, that the time follows where it
+    #: reaches (:func:`measured_curve`); empty: the α–β line everywhere.
+    curve: tuple[tuple[float, float], ...] = ()
 
     def time_us(self, size_bytes: float, world_size: int, kind: str = "all_reduce",
                 backend: str | None = None) -> float:
+        """A call's time: on the measured curve, interpolated between its points as a power
+        law (linear in log–log); below its first point, that point's time (latency-bound);
+        beyond its last, that time plus the extra traffic at β. Without a curve, α + traffic/β."""
         if world_size <= 1:
             return 0.0
-        return self.alpha_us + traffic_bytes(kind, size_bytes, world_size, backend) / \
-            self.beta_bytes_per_us
+        traffic = traffic_bytes(kind, size_bytes, world_size, backend)
+        if len(self.curve) < 2:
+            return self.alpha_us + traffic / self.beta_bytes_per_us
+        sizes = [t for t, _ in self.curve]
+        if traffic <= sizes[0]:
+            return self.curve[0][1]
+        if traffic >= sizes[-1]:
+            return self.curve[-1][1] + (traffic - sizes[-1]) / self.beta_bytes_per_us
+        return float(np.exp(np.interp(np.log(traffic), np.log(sizes),
+                                      np.log([t for _, t in self.curve]))))
 
     @property
     def half_bandwidth_traffic_bytes(self) -> float:
@@ -73,3 +88,17 @@ def fit_cost(traffic: np.ndarray, times_us: np.ndarray, source: str) -> CostMode
     spread = float(np.sum((times_us - times_us.mean()) ** 2))
     r2 = 1 - float(np.sum((times_us - predicted) ** 2)) / spread if spread > 0 else None
     return CostModel(float(alpha), 1 / float(inverse_beta), r2, int(traffic.size), source)
+
+
+def measured_curve(traffic: Sequence[float], times_us: Sequence[float]
+                   ) -> tuple[tuple[float, float], ...]:
+    """A sweep's medians as a curve that never falls with size: each point's time the least
+    measured at its traffic or more (a machine's noise only adds time, and a larger message is
+    not faster, so a spike at one size is noise, not cost). Empty with fewer than two points."""
+    if len(traffic) < 2:
+        return ()
+    order = np.argsort(np.asarray(traffic, dtype=float))
+    traffic = np.asarray(traffic, dtype=float)[order]
+    times_us = np.asarray(times_us, dtype=float)[order]
+    envelope = np.minimum.accumulate(times_us[::-1])[::-1]
+    return tuple((float(t), float(u)) for t, u in zip(traffic, envelope, strict=True))

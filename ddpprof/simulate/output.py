@@ -10,6 +10,7 @@ from ..errors import UsageError
 from ..json_input import read_json_bytes
 from ..manifest import RunManifest, validation_problem
 from ..report.table import Column, columns
+from ..units import KIB, MIB
 from ..variants import DEFAULT_BUCKET_CAP_MIB
 from .results import Measured, SimulateRow, Simulation, best, median_error_pct
 
@@ -81,6 +82,9 @@ def summary_lines(simulation: Simulation) -> list[str]:
     """How the simulation was set up: cost model, level, overlap tax, steps, edits, notes."""
     cost, tax = simulation.cost, simulation.tax
     fit = f", R² = {cost.r2:.3f}" if cost.r2 is not None else ""
+    if cost.curve:
+        fit += (f"; between {cost.curve[0][0] / KIB:,.0f} KiB and {cost.curve[-1][0] / MIB:,.0f}"
+                " MiB of traffic, the sweep's measured times")
     compute = ", ".join(f"{name} {100 * value:.1f}%" for name, value in tax.compute.items())
     lines = [
         f"cost model: α = {cost.alpha_us:.1f} µs, β = {cost.beta_bytes_per_us / 1e3:.3f} GB/s "
