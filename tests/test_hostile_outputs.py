@@ -151,6 +151,30 @@ def test_a_urls_password_is_never_printed():
     assert "hunter2" not in result.stderr
 
 
+def test_a_urls_password_reaches_no_output_file(tmp_path):
+    """A trace read over HTTP with credentials in its URL: the JSON, Markdown and HTML outputs
+    and the printed table name it with the password written ``***``."""
+    import functools
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    two_rank_run(tmp_path / "served")
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path / "served"))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://me:hunter2@127.0.0.1:{server.server_address[1]}/rank0.json"
+        result = ddpprof("analyze", url, "--json", str(tmp_path / "o.json"), "--markdown",
+                         str(tmp_path / "o.md"), "--html-out",
+                         str(tmp_path / "o.html"), timeout=120)
+    finally:
+        server.shutdown()
+    assert result.returncode == 0, result.stderr
+    texts = [result.stdout, result.stderr] + [
+        (tmp_path / name).read_text() for name in ("o.json", "o.md", "o.html")]
+    assert all("hunter2" not in text for text in texts)
+    assert "me:***@127.0.0.1" in (tmp_path / "o.json").read_text()
+
+
 def test_two_outputs_naming_one_file_are_refused(tmp_path):
     run = two_rank_run(tmp_path / "run")
     (tmp_path / "link.md").symlink_to(tmp_path / "out.json")

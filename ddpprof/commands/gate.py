@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .. import gate as gating
 from ..diff.noise import DEFAULT_NOISE, RunNoise
+from ..errors import UsageError
 from ..report.output import Output, Outputs, Section
 from ..report.table import Table, format_cell
 
@@ -71,7 +72,10 @@ def gate(current: Path, baseline: Path, rules: list[str], tolerance: float, aggr
     if aggregate == "median":
         now, before = gating.aggregate(now), gating.aggregate(before)
     noise = DEFAULT_NOISE.scaled(run_noise_pct)
-    verdicts = gating.evaluate(parsed, now, before, tolerance, significance, noise)
+    try:
+        verdicts = gating.evaluate(parsed, now, before, tolerance, significance, noise)
+    except UsageError as error:    # which runs or metrics do not match: name the baseline
+        raise UsageError(f"{baseline} (baseline) against {current}: {error}") from None
     failed = [v for v in verdicts if v.verdict == "FAIL"]
     summary = (f"{len(failed)} of {len(verdicts)} checks failed" if failed
                else f"all {len(verdicts)} checks passed")

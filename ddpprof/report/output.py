@@ -142,7 +142,8 @@ def emit(output: Output, outputs: Outputs) -> None:
     standard output), then the notes and errors on stderr."""
     def write(option: str, path: Path | None, make: Callable[[], str]) -> None:
         if path is not None:
-            write_output(option, path, make(), output.ran)
+            # (a URL's password given on the command line never reaches a file)
+            write_output(option, path, without_secrets(make()), output.ran)
 
     write("--json", outputs.json, lambda: document_text(output.document))
     if output.tables:
@@ -155,7 +156,7 @@ def emit(output: Output, outputs: Outputs) -> None:
         # JSON on standard output: the table for the person goes to stderr; a table written
         # there as Markdown or CSV already is the table
         stream = sys.stderr if outputs.to_stdout else sys.stdout
-        stream.write(terminal(output, outputs.wide, stream.isatty()))
+        stream.write(without_secrets(terminal(output, outputs.wide, stream.isatty())))
         stream.flush()
     notes = output.notes + ([f"report: {page}"] if page is not None else [])
     notes += [f"ddpprof: error: {error}" for error in output.errors]

@@ -55,8 +55,16 @@ def location_of(text: str) -> Location:
 
 
 def name(location: Location) -> str:
-    return location.name if isinstance(location, Path) else location.rstrip("/").rsplit(
-        "/", 1)[-1]
+    """The last component of a path or of a URL's path; of a URL with none, its host (with
+    its port, never its user or password: a name reaches tables and files)."""
+    if isinstance(location, Path):
+        return location.name
+    last = location.rstrip("/").rsplit("/", 1)[-1]
+    try:
+        parts = urllib.parse.urlsplit(location)
+    except ValueError:         # (a malformed host): the text after the last "/", less a login
+        return last.rpartition("@")[2]
+    return parts.path.rstrip("/").rsplit("/", 1)[-1] or parts.netloc.rpartition("@")[2]
 
 
 def report_name(location: Location) -> str:
