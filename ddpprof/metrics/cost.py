@@ -98,7 +98,7 @@ def measured_curve(traffic: Sequence[float], times_us: Sequence[float]
     if len(traffic) < 2:
         return ()
     order = np.argsort(np.asarray(traffic, dtype=float))
-    traffic = np.asarray(traffic, dtype=float)[order]
-    times_us = np.asarray(times_us, dtype=float)[order]
-    envelope = np.minimum.accumulate(times_us[::-1])[::-1]
-    return tuple((float(t), float(u)) for t, u in zip(traffic, envelope, strict=True))
+    sizes = np.asarray(traffic, dtype=float)[order]
+    times = np.asarray(times_us, dtype=float)[order]
+    envelope = np.minimum.accumulate(times[::-1])[::-1]
+    return tuple((float(t), float(u)) for t, u in zip(sizes, envelope, strict=True))
