@@ -208,3 +208,68 @@ def test_the_terminal_shows_the_tax_of_the_first_runs_told():
                                 "class: gemm +20%")
     assert len(section.lines) == 11 and section.lines[-1] == "... and 2 more runs (--json)"
     assert tax_section(SimpleNamespace(runs=runs[:1])) == []
+
+
+def _reference_gamma(log_duration, key, cluster, shares, weight, column):
+    """γ by least squares on the samples themselves (numpy's SVD-based ``lstsq`` over the
+    weighted, within-key demeaned design: key effects out, one dummy per cluster), None where
+    the column does not vary within keys or the other columns explain it: an implementation
+    independent of the one under test, which works from per-cluster sums."""
+    _, key = np.unique(key, return_inverse=True)
+    _, cluster = np.unique(cluster, return_inverse=True)
+    keys, clusters = key.max() + 1, cluster.max() + 1
+    total = np.bincount(key, weights=weight, minlength=keys)
+
+    def demeaned(values):
+        means = np.bincount(key, weights=weight * values, minlength=keys)
+        return values - (means / np.where(total > 0, total, 1.0))[key]
+
+    onehot = np.eye(clusters)[cluster]
+    columns = np.stack([demeaned(c) for c in np.concatenate([shares, onehot], axis=1).T], axis=1)
+    root = np.sqrt(weight)[:, None]
+    design = columns * root
+    if not np.any((np.abs(columns[:, column]) > 1e-9) & (weight > 0)):
+        return None
+    others = np.delete(design, column, axis=1)
+    explained, *_ = np.linalg.lstsq(others, design[:, column], rcond=None)
+    left = design[:, column] - others @ explained
+    if np.linalg.norm(left) <= 1e-6 * np.linalg.norm(design[:, column]):
+        return None
+    solution, *_ = np.linalg.lstsq(design, demeaned(log_duration) * root[:, 0], rcond=None)
+    return float(solution[column])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 6), st.integers(2, 12), st.integers(1, 3))
+def test_the_fit_from_cluster_sums_equals_least_squares_on_the_samples(seed, clusters, keys,
+                                                                       columns):
+    """Every refit (clusters weighted by a bootstrap draw, some drawn twice, some not at all)
+    gives the γ that least squares on the samples gives, or None where that says it cannot
+    be told: random samples, log durations around 8 (large beside their spread: 10⁻⁶ to
+    10⁻¹), some share columns all zero (a size class beside nothing), some set per cluster."""
+    from ddpprof.metrics.tax import _Fit, _Samples
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(keys * 2, keys * 6))
+    key = rng.integers(0, keys, n)
+    cluster = rng.integers(0, clusters, n)
+    shares = rng.random((n, columns)) * (rng.random(columns) < 0.7)
+    # some columns a pattern of the clusters (a step overlapped throughout, another alone):
+    # a refit that draws few clusters may then not tell them from the clusters' loads
+    patterned = rng.random(columns) < 0.5
+    shares[:, patterned] = rng.random((clusters, columns))[cluster][:, patterned] > 0.5
+    noise = 10.0 ** rng.uniform(-6, -1)
+    log_duration = 8 + rng.normal(0, noise, n) + 10 * noise * shares.sum(axis=1)
+    fit = _Fit(_Samples(log_duration, key, cluster, shares))
+    draws = np.vstack([np.ones(fit.clusters), rng.multinomial(
+        fit.clusters, np.full(fit.clusters, 1 / fit.clusters), size=20)]).astype(float)
+    _, cluster_id = np.unique(cluster, return_inverse=True)
+    for column in range(columns):
+        found = fit.gammas(draws, column)
+        for drawn, gamma in zip(draws, found, strict=True):
+            expected = _reference_gamma(log_duration, key, cluster, shares,
+                                        drawn[cluster_id], column)
+            if expected is None:
+                assert np.isnan(gamma)
+            else:
+                assert gamma == pytest.approx(expected, rel=1e-6, abs=1e-6)

@@ -371,7 +371,7 @@ class _Fit:
     #: A column's within-key spread below this (mean square) is no spread at all, and one
     #: whose part unexplained by the other columns is below this share of it is collinear.
     _NO_SPREAD = 1e-18
-    _COLLINEAR = 1e-10
+    _COLLINEAR = 1e-12
 
     def __init__(self, samples: _Samples) -> None:
         _, key = np.unique(samples.key, return_inverse=True)
@@ -384,6 +384,13 @@ class _Fit:
         onehot = np.zeros((key.size, self.clusters))
         onehot[np.arange(key.size), cluster] = 1.0
         z = np.concatenate([samples.shares, onehot, samples.log_duration[:, None]], axis=1)
+        # centred within keys first: the within-key products are then of small numbers, so
+        # taking the key means out of them again below loses no precision (log durations
+        # are large beside their spread); the fit, taken within keys, does not change
+        counts = np.bincount(key, minlength=self.keys).astype(np.float64)
+        means = np.stack([np.bincount(key, weights=column, minlength=self.keys)
+                          for column in z.T], axis=1) / np.maximum(counts, 1.0)[:, None]
+        z = z - means[key]
         width = z.shape[1]
         self.cross = np.zeros((self.clusters, width * width))     # A_c, flattened
         for c in range(self.clusters):
@@ -412,22 +419,31 @@ class _Fit:
             scaled = sums / np.where(weight > 0, weight, 1.0)[:, :, None]
             moments[first:first + chunk] -= scaled.transpose(0, 2, 1) @ sums
         design = width - 1
-        gram, target = moments[:, :design, :design], moments[:, :design, design]
-        spread = gram[:, column, column]
+        gram = moments[:, :design, :design].copy()
+        target = moments[:, :design, design].copy()
+        spread = gram[:, column, column].copy()
         total_weight = np.maximum(cluster_weight @ self.cell_count.sum(axis=0), 1.0)
-        # one eigendecomposition gives the pseudo-inverse and the directions the samples do
-        # not tell apart (the cluster dummies always sum to a constant, so there is one)
+        # The columns no refit can tell anything from are set aside (an identity in their
+        # place): those with no spread within keys (a size class beside nothing, a cluster
+        # not drawn), and one drawn cluster's dummy, since the dummies, demeaned within keys,
+        # sum to zero.
+        aside = np.diagonal(gram, axis1=1, axis2=2) <= self._NO_SPREAD * total_weight[:, None]
+        aside[np.arange(refits), self.columns + np.argmax(cluster_weight > 0, axis=1)] = True
+        gram[aside[:, :, None] | aside[:, None, :]] = 0.0
+        gram[:, np.arange(design), np.arange(design)] += aside
+        target[aside] = 0.0
+        # any other collinearity (a share that one cluster's dummy explains, in a refit that
+        # drew two clusters) is a direction of no extent: the pseudo-inverse leaves it out
         values, vectors = np.linalg.eigh(gram)
-        kept = values > self._COLLINEAR * np.maximum(values[:, -1:], 1e-300)
-        # row ``column`` of the pseudo-inverse: V[j] Λ⁺ Vᵀ
-        row = (vectors[:, column, :] * np.where(kept, 1.0 / np.where(kept, values, 1.0), 0.0)
-               )[:, None, :] @ vectors.transpose(0, 2, 1)
-        row = row[:, 0, :]
+        kept = values > self._COLLINEAR * values[:, -1:]
+        inverse_values = np.where(kept, 1.0 / np.where(kept, values, 1.0), 0.0)
+        row = (vectors[:, column, :] * inverse_values)[:, None, :] @ vectors.transpose(0, 2, 1)
+        row = row[:, 0, :]                # row ``column`` of the pseudo-inverse
         # γ is told only by what of its column the other columns (the loads) do not explain:
-        # no untold direction may involve it, and its part left unexplained
-        # (1 / its diagonal entry there, the Schur complement) must not vanish beside its spread
+        # no direction left out may involve it, and that part, 1 / its diagonal entry there
+        # (the Schur complement), must not vanish beside its spread
         involved = np.where(kept, 0.0, np.abs(vectors[:, column, :])).max(axis=1)
-        told = (spread > self._NO_SPREAD * total_weight) & (involved < 1e-6) & (
+        told = ~aside[:, column] & (involved < 1e-6) & (
             row[:, column] * self._COLLINEAR * spread < 1.0)
         solution = (row * target).sum(axis=1)
         return np.where(told, solution, np.nan)
