@@ -230,12 +230,39 @@ def test_spilled_columns_read_back_whole_and_writable():
     back.parts["ts"][0][0] += 1              # the process's own: writable
 
 
+def _children_first(children: int, then: Any = None) -> Any:
+    """A ``before_task`` hook that holds the parent's first task until ``children`` forked
+    decoders have each begun one (at most 10 s), then calls ``then``: on a loaded machine the
+    parent could otherwise take every task before a child starts."""
+    import multiprocessing
+
+    started, parent = multiprocessing.Value("i", 0), os.getpid()
+    mine: set[int] = set()
+
+    def hook(index: int) -> None:
+        if os.getpid() != parent and os.getpid() not in mine:
+            mine.add(os.getpid())
+            with started.get_lock():
+                started.value += 1
+        elif os.getpid() == parent and not mine:
+            mine.add(parent)
+            deadline = time.monotonic() + 10
+            while started.value < children and time.monotonic() < deadline:
+                time.sleep(0.005)
+        if then is not None:
+            then(index)
+    return hook
+
+
 def _decoded_by(path: Path, workers: int, slicing: Slicing) -> tuple[Any, set[int]]:
-    """The trace, and the processes that decoded a task of it (reported through a pipe)."""
+    """The trace, and the processes that decoded a task of it (reported through a pipe); the
+    forked decoders each begin a task before the parent does."""
     reading, writing = os.pipe()
 
-    def tell(index: int) -> None:
+    def report(index: int) -> None:
         os.write(writing, f"{os.getpid()}\n".encode())
+
+    tell = _children_first(workers - 1, report)
 
     try:
         trace = _load(path, workers, Slicing(**{**slicing.__dict__, "before_task": tell}))
@@ -360,7 +387,8 @@ def test_an_error_in_a_child_decoder_reaches_the_parent(tmp_path, error):
         if os.getpid() != parent:
             raise error("in the child")
 
-    slicing = Slicing(slice_bytes=300, slices_per_task=1, before_task=fails_in_the_child)
+    slicing = Slicing(slice_bytes=300, slices_per_task=1,
+                      before_task=_children_first(1, fails_in_the_child))
     if error is msgspec.DecodeError:   # as a cut in the wrong place: decoded whole, here
         _same(_columns(_load(path, 2, slicing)), reference)
     else:
