@@ -55,7 +55,7 @@ GROUP_COLUMNS = [Column("run", max_width=16), Column("name", "group", max_width=
                  Column("straggler_rank", "straggler")]
 _GROUP_WIDE = ("description", "source", "bytes_per_step", "algbw_gbps", "transfer_ms_per_step",
                "locality", "intra_node_ms_per_step", "inter_node_ms_per_step", "a2a_imbalance",
-               "a2a_heaviest_rank", "a2a_split_imbalance")
+               "a2a_heaviest_rank", "a2a_split_imbalance", "queued_ms_per_step", "queued_behind")
 
 
 def group_table(analysis: Analysis) -> Table | None:

@@ -258,7 +258,9 @@ GROUP_COLUMNS = [
     ("comm_ms_per_step", "Comm ms / step"), ("exposed_comm_ms_per_step", "Exposed ms / step"),
     ("overlap_pct", "Overlap %"), ("busbw_gbps", "Bus GB/s"),
     ("wait_ms_per_step", "Wait ms / step"), ("straggler_rank", "Straggler"),
-    ("locality", "Node"), ("a2a_imbalance", "All-to-all imbalance"), ("source", "Found by"),
+    ("locality", "Node"), ("a2a_imbalance", "All-to-all imbalance"),
+    ("queued_ms_per_step", "Queued ms / step"), ("queued_behind", "Queued behind"),
+    ("source", "Found by"),
 ]
 
 
