@@ -146,6 +146,17 @@ def test_the_recorded_mesh_is_split_into_its_two_dimensions():
         assert sum(f.calls for f in rank.process_groups) == rank.calls.n
         assert set(rank.calls.group_size) == {2}                  # bus bandwidth at size 2
     assert any("ddpprof::group spans" in note for note in run.notes)
+    # the profile diff compares: communication parts by the group's name, which is the same
+    # on every rank (c10d numbers rank 0's dp group "1" and rank 1's "2"), so each part's calls
+    # per step are what every rank issues, not that diluted over the ranks of other groups
+    from ddpprof.diff.profile import run_profile
+
+    profile = run_profile(run)
+    calls = {(c.kind, c.process_group): c.calls_per_step for c in profile.collectives}
+    assert calls == {(kind, dim.name): n for dim in mesh.dims
+                     for kind, n in dim.collectives_per_step.items()}
+    assert {(p.item, p.process_group) for p in profile.parts
+            if p.group == "communication"} == set(calls)
 
 
 def document_with_groups(overlap_dp: float, overlap_tp_rank1: float) -> dict:

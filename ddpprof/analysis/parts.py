@@ -132,7 +132,7 @@ def _category_parts(trace: RankTrace, events: np.ndarray, parts: _Parts,
 
 def _call_parts(calls: CollectiveCalls, parts: _Parts) -> np.ndarray:
     return np.array([parts.of(PartKey("communication", kind, group))
-                     for kind, group in zip(calls.kind, calls.group, strict=True)],
+                     for kind, group in zip(calls.kind, calls.group_labels(), strict=True)],
                     dtype=np.int64)
 
 

@@ -49,7 +49,7 @@ class ProfileItem(msgspec.Struct, frozen=True):
 
 
 class CollectiveItem(msgspec.Struct, frozen=True):
-    """One kind of collective in one process group ("" where the trace names none): calls
+    """One kind of collective in one process group (its name, ``dp``; "" for the default): calls
     and time per step, bytes per call and bus bandwidth (``metrics.comm``), mean over ranks."""
 
     kind: str
@@ -129,8 +129,9 @@ def _collectives(ranks: list[RankResult]) -> list[CollectiveItem]:
     found: dict[tuple[str, str], list[tuple[float, float, float | None, float | None]]] = {}
     for rank in ranks:
         steps = max(rank.steps, 1)
-        groups = np.array(rank.calls.group, dtype=object)
-        for group in sorted(set(rank.calls.group)):
+        labels = rank.calls.group_labels()
+        groups = np.array(labels, dtype=object)
+        for group in sorted(set(labels)):
             stats = collective_stats(_subset(rank.calls, groups == group))
             for kind, s in stats.items():
                 found.setdefault((kind, group), []).append(

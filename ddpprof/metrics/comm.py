@@ -64,6 +64,13 @@ class CollectiveCalls:
     def group_of(self, i: int) -> GroupRef:
         return self.groups[i] if self.groups else DEFAULT_GROUP
 
+    def group_labels(self) -> list[str]:
+        """Each call's group as parts and tables name it: its name (``dp``: one name for
+        the same mesh dimension on every rank, where c10d numbers each rank's group apart),
+        "" for the default group."""
+        return ["" if self.group_of(i) is DEFAULT_GROUP or self.group_of(i).name == "default"
+                else self.group_of(i).name for i in range(self.n)]
+
     def subset(self, pick: np.ndarray) -> CollectiveCalls:
         """The calls at indices ``pick``, in that order."""
         pick = np.asarray(pick, dtype=np.int64)
