@@ -11,8 +11,9 @@ Side by side in one run, each command in a fresh process (start-up included):
   analysis, findings with the simulator's advice, every report), then ``ddpprof gate A.json
   --baseline A.json`` (N runs matched against N);
 * many steps: one trace of S ProfilerSteps, for each S of ``--steps``: ``ddpprof analyze
-  TRACE --per-step --json A.json`` and ``ddpprof simulate RUN`` (the per-step programs and
-  one replay per step: ``--world-size 2 --bucket-cap-mib 25`` and a given cost model).
+  TRACE --per-step --json A.json`` and ``ddpprof simulate RUN`` (the analysis of every step
+  and the replays of at most 16 of them: ``--world-size 2 --bucket-cap-mib 25`` and a given
+  cost model).
 
 How to run, from the repository root::
 
