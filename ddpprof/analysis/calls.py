@@ -63,8 +63,10 @@ def collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray, end
     kinds, sizes, group_sizes, groups, sequences, splits, received = [], [], [], [], [], [], []
     group_of = {g.name: g for g in trace.process_groups}
     all_args = call_args(trace, index)
-    issued_by = _issuing_ops(trace, index, all_args) if with_groups else {}
-    refs = group_refs(trace, index, all_args, by_structure) if with_groups else []
+    # each call's launch (-1: none), found once for the helpers that need it
+    launcher = launching_host_event(trace, trace.stream)[index] if with_groups else index
+    issued_by = _issuing_ops(trace, index, all_args, launcher) if with_groups else {}
+    refs = group_refs(trace, index, all_args, launcher, by_structure) if with_groups else []
     for k, (i, args) in enumerate(zip(index, all_args, strict=True)):
         args = args or CommArgs()
         kind = (kinds_by_event or {}).get(int(i)) or classify.collective_of(
@@ -83,7 +85,7 @@ def collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray, end
         received.append(args.out_bytes)
     order = np.argsort(start[index], kind="stable")
     pick = lambda values: [values[k] for k in order]  # noqa: E731
-    stream, ready = _queue_places(trace, index, start) if with_groups else ([], [])
+    stream, ready = _queue_places(trace, index, start, launcher) if with_groups else ([], [])
     return CollectiveCalls(kind=pick(kinds), start_us=start[index][order],
                            end_us=end[index][order], size_bytes=pick(sizes),
                            group_size=pick(group_sizes), group=pick(groups),
@@ -93,12 +95,11 @@ def collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray, end
                            ready_us=pick(ready) if ready else [])
 
 
-def _queue_places(trace: RankTrace, index: np.ndarray, start: np.ndarray
-                  ) -> tuple[list[int], list[float]]:
+def _queue_places(trace: RankTrace, index: np.ndarray, start: np.ndarray,
+                  launcher: np.ndarray) -> tuple[list[int], list[float]]:
     """Each call's device stream (-1 on the host) and when it was ready: a kernel's launch
     (its host event's start, not after the kernel's own start), else the call's start."""
     stream = trace.stream[index]
-    launcher = launching_host_event(trace, trace.stream)[index]
     launched = (stream >= 0) & (launcher >= 0)
     # (how long before its start it was launched, on ``start``'s own time base)
     lead = np.zeros(index.size)
@@ -108,19 +109,19 @@ def _queue_places(trace: RankTrace, index: np.ndarray, start: np.ndarray
     return stream.astype(np.int64).tolist(), ready.tolist()
 
 
-def _issuing_ops(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | None]
-                 ) -> dict[int, int]:
+def _issuing_ops(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | None],
+                 launchers: np.ndarray) -> dict[int, int]:
     """For device kernels that declare no collective, the innermost ``c10d::`` collective op
-    around their launch."""
-    bare = np.array([int(i) for i, a in zip(index.tolist(), all_args, strict=True)
-                     if trace.stream[i] >= 0 and not (a and a.collective)], dtype=np.int64)
-    if not bare.size:
+    around their launch (``launchers``: each event's)."""
+    picked = np.array([k for k, (i, a) in enumerate(zip(index.tolist(), all_args, strict=True))
+                       if trace.stream[i] >= 0 and not (a and a.collective)], dtype=np.int64)
+    if not picked.size:
         return {}
     ops = classify.per_name(trace, lambda n: bool(classify.C10D_COLLECTIVE.match(n))) & (
         trace.stream < 0)
     if not ops.any():
         return {}
-    launcher = launching_host_event(trace, trace.stream)[bare]
+    bare, launcher = index[picked], launchers[picked]
     bare, launcher = bare[launcher >= 0], launcher[launcher >= 0]
     return {event: op for event, op in zip(bare.tolist(), innermost(
         trace, ops, launcher).tolist(), strict=True) if op >= 0}
@@ -146,14 +147,15 @@ def _from_issuing_ops(trace: RankTrace, issued_by: dict[int, int], event: int, k
 
 
 def group_refs(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | None],
-               by_structure: np.ndarray | None = None) -> list[GroupRef]:
+               launchers: np.ndarray, by_structure: np.ndarray | None = None
+               ) -> list[GroupRef]:
     """Each call's process group (module docstring); of the events ``by_structure`` (kernels
     found to be communication by structure) that nothing names, :data:`STRUCTURAL_GROUP`,
     not the default group: the trace does not say which group they went over."""
     refs: list[GroupRef | None] = [_named(trace, a) for a in all_args]
     unnamed = np.array([k for k, ref in enumerate(refs) if ref is None], dtype=np.int64)
     if unnamed.size:
-        issuers = _issuers(trace, index[unnamed])
+        issuers = _issuers(trace, index[unnamed], launchers[unnamed])
         for k, ref in zip(unnamed.tolist(), _from_spans(trace, issuers), strict=True):
             refs[k] = ref
     default = _default_group(trace)
@@ -173,14 +175,15 @@ def _named(trace: RankTrace, args: CommArgs | None) -> GroupRef | None:
                     ranks, "trace arguments")
 
 
-def _issuers(trace: RankTrace, events: np.ndarray) -> np.ndarray:
+def _issuers(trace: RankTrace, events: np.ndarray, launchers: np.ndarray) -> np.ndarray:
     """The host op that issued each event: for a backend span run on the host (gloo), the
-    ``c10d::`` op paired with it; for a device kernel, its launch; else the event itself."""
+    ``c10d::`` op paired with it; for a device kernel, its launch (``launchers``: each
+    event's); else the event itself."""
     stream = trace.stream
     issuer = events.copy()
     device = stream[events] >= 0
     if device.any():
-        launcher = launching_host_event(trace, stream)[events[device]]
+        launcher = launchers[device]
         issuer[device] = np.where(launcher >= 0, launcher, events[device])
     spans = events[~device]
     if spans.size:
