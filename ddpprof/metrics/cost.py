@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -53,13 +54,18 @@ class CostModel:
         traffic = traffic_bytes(kind, size_bytes, world_size, backend)
         if len(self.curve) < 2:
             return self.alpha_us + traffic / self.beta_bytes_per_us
-        sizes = [t for t, _ in self.curve]
-        if traffic <= sizes[0]:
-            return self.curve[0][1]
-        if traffic >= sizes[-1]:
-            return self.curve[-1][1] + (traffic - sizes[-1]) / self.beta_bytes_per_us
-        return float(np.exp(np.interp(np.log(traffic), np.log(sizes),
-                                      np.log([t for _, t in self.curve]))))
+        (first, first_us), (last, last_us) = self.curve[0], self.curve[-1]
+        if traffic <= first:
+            return first_us
+        if traffic >= last:
+            return last_us + (traffic - last) / self.beta_bytes_per_us
+        log_traffic, log_time = self._log_curve
+        return float(np.exp(np.interp(np.log(traffic), log_traffic, log_time)))
+
+    @cached_property
+    def _log_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """The curve in logs, taken once: the replays price every collective with it."""
+        return np.log([t for t, _ in self.curve]), np.log([u for _, u in self.curve])
 
     @property
     def half_bandwidth_traffic_bytes(self) -> float:
