@@ -378,7 +378,7 @@ _POOL = """
 import os, sys, time
 from ddpprof.analysis.executors import LocalExecutor
 def stall(item, decode_workers=1):
-    print(os.getpid(), flush=True)
+    os.write(1, f"{os.getpid()}\\n".encode())   # one write: two workers share the pipe
     time.sleep(120)
 LocalExecutor(2).map(stall, [1, 2, 3, 4], on_lost=lambda item, why: None)
 """
