@@ -531,9 +531,20 @@ _STEPS_ON_A_STREAM = {"traceEvents": [
      "tid": "stream 7", "args": {"stream": 0, "correlation": 0}}]}
 
 
+# a zero-length collective span encloses nothing: its thread's union of spans is empty
+_ZERO_LENGTH_COMM_SPAN = {"traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#0", "ts": 0, "dur": 0, "pid": 0,
+     "tid": "stream 7"},
+    {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#0", "ts": 0, "dur": 0, "pid": 0,
+     "tid": "stream 7", "args": {"stream": 0, "correlation": "2"}},
+    {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 0, "dur": 0, "pid": 0,
+     "tid": "stream 7", "args": {"correlation": "2"}}]}
+
+
 @FUZZ
 @given(document=_PLAUSIBLE_DOCUMENTS, drop_last_step=st.booleans(), per_step=st.booleans())
 @example(document=_STEPS_ON_A_STREAM, drop_last_step=False, per_step=False)
+@example(document=_ZERO_LENGTH_COMM_SPAN, drop_last_step=False, per_step=False)
 def test_fuzz_analyze_trace(document, drop_last_step, per_step, fuzz_dir):
     trace = _load_or_trace_error(_write(fuzz_dir / "plausible_rank0.json", document))
     if trace is not None:

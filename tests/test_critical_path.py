@@ -339,9 +339,13 @@ def test_a_c10d_op_that_blocks_until_its_collective_ended_is_a_wait():
 def test_recorded_variants(all_variants, ddpprof_cli, tmp_path):
     """Every recorded variant (2 gloo ranks): the critical path covers the home rank's own
     step (analyze's window for the one analyzed step) and its split sums to it within 1%; the
-    blocking variants have their exposed communication on the path (communication and
-    waiting for a rank: at least 90% of what analyze measures as exposed on that rank), the
-    one-process run none."""
+    blocking variants have most of their exposed communication on the path (communication and
+    waiting for a rank: at least 3/4 of what analyze measures as exposed on that rank), the
+    one-process run none.
+
+    Not all of it: gloo runs a rank's collectives on two threads, so the home rank can sit in
+    collective n-1 while the path follows collective n through the peer's issue of it (host
+    time on the peer: 1.9 of 20.9 ms on a loaded machine; a CI run had 0.85 of it on the path)."""
     import json
 
     out, _ = all_variants
@@ -363,7 +367,7 @@ def test_recorded_variants(all_variants, ddpprof_cli, tmp_path):
         if run["variant"] in ("simple_ddp", "simple_ddp_hook", "simple_ddp_ga"):
             # the home rank's exposed communication is its transfers and its waits for a
             # peer; on the path, the waits are the peer's work
-            assert on_path_ms + waiting_ms >= 0.9 * home["exposed_comm_ms_per_step"], \
+            assert on_path_ms + waiting_ms >= 0.75 * home["exposed_comm_ms_per_step"], \
                 step["run"]
         if run["variant"] == "single":
             assert on_path_ms == 0

@@ -84,6 +84,8 @@ def enclosing(trace: RankTrace, spans: np.ndarray, events: np.ndarray) -> np.nda
     for thread in np.unique(trace.thread_id[spans]).tolist():
         mine = spans & (trace.thread_id == thread)
         starts, ends = iv.union(trace.start_us[mine], trace.end_us[mine])
+        if not starts.size:  # only zero-length spans on this thread: they enclose nothing
+            continue
         on_thread = np.flatnonzero(threads == thread)
         t = trace.start_us[events[on_thread]]
         k = np.searchsorted(starts, t, side="right") - 1
