@@ -72,19 +72,29 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class CapAdvice:
-    """What ``ddpprof simulate`` predicts for a run's bucket cap (``findings`` takes it from
-    the caller, which may or may not be able to run the simulator)."""
+class CapReplay:
+    """The simulator's replay of a run's middle step at each bucket cap: the best cap against
+    the current one (made only for a run ddpprof recorded: only there does a finding name a
+    cap)."""
 
     current_cap_mb: float | None
     best_cap_mb: float
     current_step_ms: float
     best_step_ms: float
-    half_bandwidth_bytes: float | None    # α·β of the fitted cost: latency = transfer time
 
     @property
     def gain_pct(self) -> float:
         return 100 * (1 - self.best_step_ms / self.current_step_ms) if self.current_step_ms else 0
+
+
+@dataclass(frozen=True)
+class CapAdvice:
+    """What the simulator says of a run's collectives (``findings`` takes it from the caller,
+    which may or may not be able to run the simulator): the half-bandwidth size α·β of the
+    fitted cost (in message bytes: latency = transfer time), and the replay at each cap."""
+
+    half_bandwidth_bytes: float | None
+    replay: CapReplay | None = None
 
 
 def _severity(gain_pct: float | None, share: float) -> str:
@@ -135,11 +145,11 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
     if lateness < LATE_FIRST_LAUNCH or (overlap is not None and overlap >= LOW_OVERLAP_PCT):
         return None
     total = sum(b.size_bytes or 0 for b in timeline.buckets)
-    if advice is not None and not _foreign(run) and advice.best_cap_mb < (
-            advice.current_cap_mb or float("inf")):
-        cap, gain = advice.best_cap_mb, advice.gain_pct
-        basis = (f"ddpprof simulate predicts {advice.best_step_ms:.1f} ms per step at "
-                 f"{cap:g} MiB against {advice.current_step_ms:.1f} ms now")
+    replay = advice.replay if advice is not None and not _foreign(run) else None
+    if replay is not None and replay.best_cap_mb < (replay.current_cap_mb or float("inf")):
+        cap, gain = replay.best_cap_mb, replay.gain_pct
+        basis = (f"ddpprof simulate predicts {replay.best_step_ms:.1f} ms per step at "
+                 f"{cap:g} MiB against {replay.current_step_ms:.1f} ms now")
     else:
         cap, gain = max(round(total / 4 / MIB, 1), 0.1), None
         basis = "a cap of a quarter of the gradient bytes gives four buckets to overlap"

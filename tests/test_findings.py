@@ -10,7 +10,7 @@ import pytest
 from trace_builders import kernel, launch, span, step, write_trace
 
 from ddpprof.analysis import AnalysisOptions, analyze_paths
-from ddpprof.findings import CapAdvice, findings
+from ddpprof.findings import CapAdvice, CapReplay, findings
 
 FLOAT = {"Input type": ["float"]}
 
@@ -94,8 +94,9 @@ def test_bucket_cap_too_large(tmp_path):
     # launched at 510 µs, backward from the first gradient (200) to the last (500): 103.3 %
     assert {e.name: e.value for e in finding.evidence}["first_launch_into_backward"] == 103.3
     # with the simulator's prediction, the cap it names and its gain
-    advice = CapAdvice(current_cap_mb=25, best_cap_mb=1, current_step_ms=10, best_step_ms=8,
-                       half_bandwidth_bytes=None)
+    advice = CapAdvice(half_bandwidth_bytes=None,
+                       replay=CapReplay(current_cap_mb=25, best_cap_mb=1, current_step_ms=10,
+                                        best_step_ms=8))
     advised = codes(tmp_path / "late", advice)["bucket_cap_too_large"]
     assert "--bucket-cap-mib 1 " in advised.message
     assert advised.estimated_gain_pct == pytest.approx(20)
@@ -109,10 +110,10 @@ def test_latency_bound(tmp_path):
                 *(reduce(base + 10 + 80 * i, base + 60 + 80 * i, 1000) for i in range(10))]
 
     folder = cpu_run(tmp_path / "small", many)
-    advice = CapAdvice(None, 1, 10, 10, half_bandwidth_bytes=1e6)   # 4 kB calls vs 1 MB
+    advice = CapAdvice(half_bandwidth_bytes=1e6)   # 4 kB calls vs 1 MB
     found = codes(folder, advice)["latency_bound"]
     assert {e.name: e.value for e in found.evidence}["mean_bytes_per_call"] == 4000
-    assert "latency_bound" not in codes(folder, CapAdvice(None, 1, 10, 10, 10_000))
+    assert "latency_bound" not in codes(folder, CapAdvice(10_000))
     assert "latency_bound" not in codes(folder)   # no cost curve: no claim
 
 

@@ -35,9 +35,9 @@ class AnalysisOptions:
     jobs: int | None = None            # ranks analyzed at once (default: the cores)
     scheduler: str | None = None       # a Dask scheduler's address: analyze there
     #: Also each rank's share of its steps' dependency graphs: always (``step_graphs``:
-    #: ``critical-path``, ``simulate``), or where its gradients were reduced in buckets
-    #: (``replay_graphs``: ``analyze``'s bucket-cap advice); made where the trace is read, so
-    #: that the trace is read once.
+    #: ``critical-path``, ``simulate``), or where ddpprof recorded the run and its gradients
+    #: were reduced in buckets (``replay_graphs``: ``analyze``'s bucket-cap advice); made where
+    #: the trace is read, so that the trace is read once.
     replay_graphs: bool = False
     step_graphs: bool = False
     #: With ``step_graphs``, at most this many steps' graphs (None: every step's).

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..manifest import RunManifest
 from ..metrics.breakdown import Breakdown
 from ..metrics.comm import CollectiveCalls, CollectiveStats
@@ -77,6 +79,9 @@ class RankResult:
     host: HostSignals | None = None
     notes: list[str] = field(default_factory=list)
     wait: WaitSplit | None = None   # set by the run, once every rank is in
+    #: Per call, when its transfer began: the last member's arrival (``metrics.waits``), set
+    #: by the run once every rank is in; a lone rank's calls transfer from their start.
+    transfer_start_us: np.ndarray | None = None
     #: This rank's share of the graph of each analyzed step (``AnalysisOptions.step_graphs``,
     #: or ``replay_graphs`` for a run whose gradients were bucketed).
     graph_steps: list[RankStep] | None = None

@@ -97,6 +97,9 @@ def _lost(path: Location, reason: str) -> _Outcome:
 def _map(executor: Executor, run: RunInput, options: AnalysisOptions,
          on_rank: Progress | None = None) -> list[_Outcome]:
     """Every trace of ``run``, loaded and analyzed by ``executor`` (see ``executors``)."""
+    if run.manifest.config is None:
+        # a trace ddpprof did not record: no finding names a cap for it (``simulate.advice``)
+        options = replace(options, replay_graphs=False)
     return executor.map(_load_and_analyze, run.traces, options, len(run.traces) > 1,
                         on_done=on_rank, on_lost=_lost)
 
@@ -218,6 +221,8 @@ def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[
         slowest = waits.slowest_rank
         notes = notes + [f"waiting vs transferring: {reason}" for reason in waits.unmatched]
         transfer_start = waits.transfer_start_us
+    for result in results:
+        result.transfer_start_us = transfer_start[result.rank]
     groups, group_notes = run_groups(results, run.manifest)
     notes = notes + group_notes
     step_note = _step_note(last_step, results[0].kind)

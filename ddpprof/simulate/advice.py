@@ -1,7 +1,12 @@
-"""The simulator's advice on a run's bucket cap, for ``ddpprof.findings`` (never measures): the
-replay of the graph of the middle step of the analyzed window at each cap (``simulate``), from
-what ``analyze``'s rank workers took of the traces (``AnalysisOptions.replay_graphs``,
-``ADVISED_STEPS``): no trace is read twice."""
+"""The simulator's advice on a run's collectives, for ``ddpprof.findings`` (never measures):
+the half-bandwidth size of the cost fitted to the run, and, for a run ddpprof recorded, the
+replay of the graph of the middle step of the analyzed window at each bucket cap
+(``simulate``), from what ``analyze``'s rank workers took of the traces
+(``AnalysisOptions.replay_graphs``, ``ADVISED_STEPS``): no trace is read twice.
+
+A trace ddpprof did not record gets no replay: its findings name the mechanism, never a cap
+(``findings.bucket_cap_too_large``), so its graphs are not built (a few hundred ms of a large
+trace's analysis)."""
 
 from __future__ import annotations
 
@@ -23,16 +28,19 @@ ADVICE_CAPS_MB = (0.25, 0.5, 1, 2, 5, 10, 25, 50, 100)
 
 
 def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdvice | None:
-    """What the replay says of a run's bucket cap, for ``ddpprof.findings``: the best cap
-    against the current one at the run's own world size, and the half-bandwidth size α·β (in
-    message bytes). None where the run cannot be simulated without measuring anything."""
-    from ..findings import CapAdvice
+    """What the simulator says of a run, for ``ddpprof.findings``: for a run ddpprof recorded,
+    the replay's best cap against the current one at the run's own world size; for any run,
+    the half-bandwidth size α·β (in message bytes). None where neither can be had without
+    measuring anything."""
+    from ..findings import CapAdvice, CapReplay
     from . import Costs, simulate
 
-    if any(r.graph_steps is None for r in run.ranks):
+    if run.manifest.config is None:
+        return _fitted_only(run, fallback_cost)
+    if any(r.graph_steps is None for r in run.ranks) or "://" in run.folder:
         return None
     config = run.manifest.config
-    current_cap_mb = config.bucket_cap_mb if config else None
+    current_cap_mb = config.bucket_cap_mb
     caps = sorted({*ADVICE_CAPS_MB, *([current_cap_mb] if current_cap_mb else [])})
     try:
         simulation = simulate(Path(run.folder), run, caps, [], Costs(fallback=fallback_cost),
@@ -46,10 +54,41 @@ def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdv
         return None
     best_cap, top = min(mine, key=lambda capped: capped[1].step_ms)
     current = next((p for cap, p in mine if cap == current_cap_mb), None)
+    return CapAdvice(_half_bandwidth(simulation.cost, world),
+                     CapReplay(current_cap_mb=current_cap_mb, best_cap_mb=best_cap,
+                               current_step_ms=(current or top).step_ms,
+                               best_step_ms=top.step_ms))
+
+
+def _half_bandwidth(cost: CostModel, world: int) -> float:
+    """The message size (bytes) at which an all-reduce spends as long on latency as on
+    moving bytes: α·β in traffic, over the bus factor."""
     factor = BUS_FACTOR["all_reduce"](world) if world > 1 else 1.0
-    return CapAdvice(current_cap_mb=current_cap_mb, best_cap_mb=best_cap,
-                     current_step_ms=(current or top).step_ms, best_step_ms=top.step_ms,
-                     half_bandwidth_bytes=simulation.cost.half_bandwidth_traffic_bytes / factor)
+    return cost.half_bandwidth_traffic_bytes / factor
+
+
+def _fitted_only(run: RunResult, fallback_cost: CostModel | None) -> CapAdvice | None:
+    """A run ddpprof did not record: the half-bandwidth size of the cost fitted to rank 0's
+    collective transfers over the analyzed window (from the last member's arrival to the
+    end, each call's bytes at its own group's size), else of ``fallback_cost``."""
+    from ..findings import CapAdvice
+
+    rank = run.ranks[0]
+    calls, world = rank.calls, _model_key(run)[1] or len(run.ranks)
+    start = rank.transfer_start_us if rank.transfer_start_us is not None else calls.start_us
+    samples = [(traffic_bytes(kind, size, group or world, rank.backend), float(end - begin))
+               for kind, size, group, begin, end in zip(
+                   calls.kind, calls.size_bytes, calls.group_size, start, calls.end_us,
+                   strict=True) if size and end > begin]
+    samples = [(traffic, time) for traffic, time in samples if traffic > 0]
+    try:
+        cost = fit_cost(np.array([t for t, _ in samples], dtype=float),
+                        np.array([u for _, u in samples]), "fit over the run's transfers")
+    except UsageError:
+        if fallback_cost is None:
+            return None
+        cost = fallback_cost
+    return CapAdvice(_half_bandwidth(cost, world))
 
 
 #: What runs must share to share a cost model: backend and world size.
@@ -93,14 +132,13 @@ def pooled_cost(runs: list[RunResult]) -> dict[ModelKey, CostModel]:
 
 
 def cap_advice_for_runs(runs: list[RunResult]) -> dict[str, CapAdvice]:
-    """``cap_advice`` for every run of a local folder whose step graphs the analysis made
-    (``AnalysisOptions.replay_graphs``: its gradients were bucketed); a run whose own
-    collectives cannot be fitted borrows the fit over all the runs given."""
+    """``cap_advice`` for every run of a local folder: replayed where the analysis made its
+    step graphs (``AnalysisOptions.replay_graphs``: ddpprof recorded it and its gradients were
+    bucketed), fitted only where ddpprof did not record it; a run whose own collectives cannot
+    be fitted borrows the fit over all the runs given."""
     advice = {}
     pooled = pooled_cost(runs)
     for run in runs:
-        if any(r.graph_steps is None for r in run.ranks) or "://" in run.folder:
-            continue
         found = cap_advice(run, pooled.get(_model_key(run)))
         if found is not None:
             advice[run.name] = found
