@@ -117,6 +117,41 @@ def test_latency_bound(tmp_path):
     assert "latency_bound" not in codes(folder)   # no cost curve: no claim
 
 
+def test_latency_bound_on_a_foreign_trace_fits_its_own_transfers(tmp_path):
+    """No run.json: no replay, and the half-bandwidth size comes from a fit over rank 0's
+    transfers. 2 ranks arriving together, 8 all-reduces a step alternating 4000 B in 100 µs
+    and 8000 B in 104 µs (traffic = size on 2 ranks): t = 96 µs + traffic / (1000 B/µs), so
+    α·β = 96,000 B, and the 6000 B mean call is below a quarter of it."""
+    from ddpprof.simulate.advice import cap_advice_for_runs
+
+    def calls(base: float, rank: int) -> list[dict]:
+        return [reduce(base + 10 + 110 * i, base + 10 + 110 * i + (104 if i % 2 else 100),
+                       2000 if i % 2 else 1000) for i in range(8)]
+
+    folder = cpu_run(tmp_path / "foreign", calls, ranks=2)
+    [run] = analyze_paths([folder], AnalysisOptions(jobs=1)).runs
+    advice = cap_advice_for_runs([run])[run.name]
+    assert advice.replay is None
+    assert advice.half_bandwidth_bytes == pytest.approx(96_000)
+    found = {f.code: f for f in findings([run], {run.name: advice})}["latency_bound"]
+    assert {e.name: e.value for e in found.evidence}["half_bandwidth_bytes"] == 96_000
+
+
+def test_step_graphs_for_the_advice_only_for_recorded_runs(tmp_path):
+    """The bucket-cap advice replays a recorded run's bucketed step; a foreign trace's findings
+    name no cap, so its graphs are not built."""
+    def body(base: float, rank: int) -> list[dict]:
+        return backward(base, late_launch=False)
+
+    options = AnalysisOptions(jobs=1, replay_graphs=True)
+    [foreign] = analyze_paths([cpu_run(tmp_path / "foreign", body)], options).runs
+    [recorded] = analyze_paths([cpu_run(tmp_path / "recorded", body, manifest=RECORDED)],
+                               options).runs
+    assert foreign.ranks[0].buckets is not None and recorded.ranks[0].buckets is not None
+    assert foreign.ranks[0].graph_steps is None
+    assert recorded.ranks[0].graph_steps is not None
+
+
 def test_exposed_tail(tmp_path):
     def tail(length: float):
         def body(base: float, rank: int) -> list[dict]:
