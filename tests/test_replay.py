@@ -16,7 +16,7 @@ from ddpprof.graph.contended import Roles, Tax
 from ddpprof.graph.edit import CollectiveCost, RankGradients, Rebucket, WorldSize
 from ddpprof.graph.model import EdgeKind, Node, NodeKind, recorded_graph
 from ddpprof.graph.path import critical_path, step_length_us
-from ddpprof.graph.whatif import Edit, replay_edited
+from ddpprof.graph.whatif import Edit, Outcome, overlap_pct, replay_edited
 from ddpprof.metrics.cost import CostModel
 from ddpprof.trace.loader import load
 
@@ -89,6 +89,51 @@ def test_each_edit_by_hand(tmp_path):
     # 740-840), rank 0's wait returns at 850, its step ends at 1100, as rank 1's does
     assert replay_edited(graph, none, [Edit("rank-delay", "1", 100)]).step_us == \
         pytest.approx(1100)
+
+
+def test_overlap_over_steps_as_analyze_measures_a_window():
+    """Two steps, two ranks: communication 100 and 50 µs (exposed 50 and 0), then 100 and 150
+    (exposed 0 and 75). Per rank over both steps: rank 0 1 − 50/200 = 75 %, rank 1
+    1 − 75/200 = 62.5 %; their mean, 68.75 % (the median of the steps' own overlaps would
+    say 68.3 %: 66.7 and 70). A rank without communication is left out of the mean."""
+    def outcome(comm, exposed):
+        return Outcome(0.0, np.array(comm, dtype=float), np.array(exposed, dtype=float), None,
+                       None, None)
+
+    steps = [outcome([100, 50, 0], [50, 0, 0]), outcome([100, 150, 0], [0, 75, 0])]
+    assert overlap_pct(steps) == pytest.approx(68.75)
+    assert steps[0].overlap_pct == pytest.approx(75.0)    # ranks 50 % and 100 %
+    assert steps[0].exposed_us == pytest.approx(50 / 3)
+    assert overlap_pct([outcome([0, 0], [0, 0])]) is None
+
+
+def test_ops_inside_a_collective_or_a_wait_are_not_compute(tmp_path):
+    """Both ranks alike, in ProfilerStep#1 0-1000: thread 1 runs mm 0-300, c10d::allreduce_
+    300-310, mm 310-500, ddpprof::wait 500-700 holding a copy 650-690, add_ 700-800; gloo's
+    thread 9 runs the all-reduce 320-640, holding a copy 600-630 (gloo's own). ``analyze``
+    counts neither copy as compute (they are inside a wait and a collective), so compute
+    0-300, 310-500 and 700-800 hides 180 of the all-reduce's 320 µs: 56.25 %. The graph
+    makes the first copy part of the collective and the second host work, and its unedited
+    replay measures the same 56.25 % (with the copies as compute it would say 65.6 %)."""
+    from ddpprof.graph.path import replay as plain_replay
+    from ddpprof.graph.whatif import communication
+
+    paths = []
+    for rank in range(2):
+        events = [tb.step(1, 0, 1000), tb.step(2, 1000, 1100),
+                  tb.span("aten::mm", 0, 300), tb.span("c10d::allreduce_", 300, 310),
+                  tb.span("aten::mm", 310, 500), tb.span("ddpprof::wait", 500, 700),
+                  tb.span("aten::copy_", 650, 690), tb.span("aten::add_", 700, 800),
+                  tb.gloo_reduce(320, 640), tb.span("aten::copy_", 600, 630, tid=9)]
+        paths.append(tb.write_trace(tmp_path / f"rank{rank}.json", events, rank=rank))
+    traces = {rank: load(path) for rank, path in enumerate(paths)}
+    (graph,), _ = step_graphs(traces)
+    copies = {n.lane: n.kind for n in graph.nodes if n.name == "aten::copy_" and n.rank == 0}
+    assert copies == {"thread 9": NodeKind.COMMUNICATION, "thread 1": NodeKind.HOST}
+    comm, exposed = communication(graph, plain_replay(graph))
+    assert list(comm) == [320, 320] and list(exposed) == [140, 140]
+    assert overlap_pct([replay_edited(graph)]) == pytest.approx(56.25)
+    assert tb.analyze_one(traces[0]).breakdown.overlap_pct == pytest.approx(56.25)
 
 
 def test_the_overlap_tax_by_hand():

@@ -276,8 +276,9 @@ def test_single_size_collectives_take_the_calibration(tmp_path, ddpprof_cli):
 def test_every_variants_run_replays_its_recorded_steps(all_variants, tmp_path, ddpprof_cli):
     """The recorded run of every variant (2 gloo ranks, mlp-small, 1 MiB buckets): each
     analyzed step's unedited replay, under the run's own overlap tax, is the recorded step
-    (the home rank's ProfilerStep), and the run's own prediction their median over the
-    profiler's overhead; a bucketed variant is re-bucketed at other caps."""
+    (the home rank's ProfilerStep), the run's own prediction their median over the
+    profiler's overhead, and its overlap analyze's; a bucketed variant is re-bucketed at other
+    caps."""
     out, recorded = all_variants
     assert recorded.returncode == 0, recorded.stderr
     runs = tmp_path / "runs"
@@ -293,6 +294,10 @@ def test_every_variants_run_replays_its_recorded_steps(all_variants, tmp_path, d
                                   allow_sweep=False)
         assert simulation.own.step_ms == pytest.approx(
             statistics.median(steps) / simulation.overhead_ratio / 1e3), variant
+        # its overlap is analyze's over the same window (every analyzed step replayed)
+        if simulation.measured.overlap_pct is not None:
+            assert simulation.own.overlap_pct == pytest.approx(
+                simulation.measured.overlap_pct, abs=1e-6), variant
         info = VARIANTS[variant]
         caps = {r.bucket_cap_mib for r in simulation.rows}
         assert caps == ({1.0, 25.0} if info.bucketed else {None}), variant

@@ -44,7 +44,7 @@ from ..metrics.waits import _match
 from ..trace import classify
 from ..trace.classify import KernelClassifier, Kind
 from ..trace.events import CommArgs, RankTrace
-from ..trace.structure import launching_host_event
+from ..trace.structure import launching_host_event, nested_in
 from .model import Collective, EdgeKind, Gradient, Node, NodeKind, StepGraph, recorded_graph
 
 #: A collective counts as awaited by a wait that returned up to this long (µs) before the
@@ -64,6 +64,11 @@ class _Prepared:
     host_comm: np.ndarray        # backend collectives that run on the host (gloo)
     waits: np.ndarray
     issuing: np.ndarray          # launches and c10d ops: host work, also on a CPU run
+    #: Host ops nested in a backend collective on their thread (gloo's own copies): part of
+    #: the collective; nested in a span of communication or of waiting for it (``c10d::``
+    #: ops, waits): host work. ``analyze`` counts neither as compute (``host_lanes``).
+    in_host_comm: np.ndarray
+    in_host_wait: np.ndarray
     gpu: bool
     launch_of: dict[int, int]    # kernel event -> its launch event
     issued_by: dict[int, int]    # backend span -> the c10d op that issued it
@@ -81,9 +86,12 @@ def prepare(trace: RankTrace, keep_last_step: bool = False,
     host_comm = host & classify.per_name(trace, classify.runs_on_host)
     waits = host & classify.per_name(trace, lambda n: bool(classify.BLOCKING_WAIT.search(n)))
     c10d = host & classify.per_name(trace, lambda n: bool(classify.C10D_COLLECTIVE.match(n)))
-    issuing = c10d | (host & ~cats(trace, lambda c: c in classify.HOST_WORK_CATEGORIES)) | (
-        host & classify.per_name(trace, lambda n: bool(classify.HOST_COMM.search(n))))
+    comm_or_wait = host & classify.per_name(trace, lambda n: bool(classify.HOST_COMM.search(n)))
+    issuing = c10d | (host & ~cats(trace, lambda c: c in classify.HOST_WORK_CATEGORIES)) | \
+        comm_or_wait
     launch_of = _launches(trace, stream, kernels)
+    in_host_comm = nested_in(trace, host_comm, host)
+    in_host_wait = nested_in(trace, comm_or_wait, host)
     # an op on the span's own thread needs no edge of its own
     issued_by = {span: op for span, op in classify.issuing_ops(
         trace, np.flatnonzero(host_comm)).items()
@@ -99,7 +107,8 @@ def prepare(trace: RankTrace, keep_last_step: bool = False,
         steps = [(-1, "whole trace", float(trace.start_us.min()), float(trace.end_us.max()),
                   busiest)]
     return _Prepared(trace, stream, host, kernels, kinds, host_comm, waits, issuing,
-                     bool(kernels.any()), launch_of, issued_by, steps)
+                     in_host_comm, in_host_wait, bool(kernels.any()), launch_of, issued_by,
+                     steps)
 
 
 def _launches(trace: RankTrace, stream: np.ndarray, kernels: np.ndarray) -> dict[int, int]:
@@ -185,9 +194,9 @@ def _rank_part(p: _Prepared, rank: int, lo: float, hi: float, step_thread: int) 
                     part.edges.append((previous, arrive, EdgeKind.PROGRAM))
                 previous = arrive
                 kind = NodeKind.COMMUNICATION
-            elif p.host_comm[i]:
+            elif p.host_comm[i] or p.in_host_comm[i]:
                 kind = NodeKind.COMMUNICATION
-            elif p.issuing[i] or p.waits[i] or p.gpu:
+            elif p.issuing[i] or p.waits[i] or p.in_host_wait[i] or p.gpu:
                 kind = NodeKind.HOST
             else:
                 kind = NodeKind.COMPUTE

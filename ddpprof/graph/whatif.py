@@ -84,20 +84,40 @@ def parse_edits(faster: Sequence[str], faster_network: Sequence[str],
 
 @dataclass(frozen=True)
 class Outcome:
-    """A replay: the step, and per rank (mean over ranks) its collectives' time (arrival to
-    end, what ``analyze`` counts as communication), the part of it no compute hid, and the
+    """A replay: the step; per rank, in rank order, its collectives' time (arrival to end,
+    what ``analyze`` counts as communication) and the part of it no compute hid; and the
     gradient collectives per step."""
 
     step_us: float
-    comm_us: float
-    exposed_us: float
+    comm_by_rank_us: np.ndarray
+    exposed_by_rank_us: np.ndarray
     buckets: int | None
     schedule: Schedule
     graph: StepGraph
 
     @property
+    def exposed_us(self) -> float:
+        """Exposed communication, mean over ranks."""
+        return float(self.exposed_by_rank_us.mean()) if self.exposed_by_rank_us.size else 0.0
+
+    @property
     def overlap_pct(self) -> float | None:
-        return 100 * (1 - self.exposed_us / self.comm_us) if self.comm_us > 0 else None
+        """This step's overlap as ``analyze`` would measure a one-step window: per rank
+        ``1 − exposed / communication``, mean over the ranks that communicated."""
+        return overlap_pct([self])
+
+
+def overlap_pct(outcomes: Sequence[Outcome]) -> float | None:
+    """Overlap over several replayed steps as ``analyze`` measures a window of them: per
+    rank, ``1 − Σ exposed / Σ communication`` over the steps, then the mean over the ranks
+    that communicated (``analyze``'s run overlap: its ranks' mean). None without
+    communication. On unedited steps it is ``analyze``'s overlap of those steps exactly."""
+    if not outcomes:
+        return None
+    comm = np.sum([o.comm_by_rank_us for o in outcomes], axis=0)
+    exposed = np.sum([o.exposed_by_rank_us for o in outcomes], axis=0)
+    talked = comm > 0
+    return float(np.mean(100 * (1 - exposed[talked] / comm[talked]))) if talked.any() else None
 
 
 def _simple(edit: Editable, edits: list[Edit]) -> None:
@@ -136,7 +156,7 @@ def replay_edited(graph: StepGraph, tax: Tax | None = None, edits: Sequence[Edit
     edited, work, release = edit.finished()
     edited_roles = Roles.of(edited)
     schedule = contended.replay(edited, work, edited_roles, tax, release_us=release)
-    comm, exposed = _communication(edited, schedule)
+    comm, exposed = communication(edited, schedule)
     return Outcome(step_length_us(edited, schedule), comm, exposed,
                    _count(edit.buckets) if rebucketing else _recorded_buckets(graph),
                    schedule, edited)
@@ -161,9 +181,10 @@ def _recorded_buckets(graph: StepGraph) -> int | None:
     return max(counts.values()) if counts else None
 
 
-def _communication(graph: StepGraph, s: Schedule) -> tuple[float, float]:
-    """Mean over ranks of |M| and |M \\ C|: M the union of the collectives' spans (from their
-    arrival, or their transfer's start, to their transfer's end), C the rank's compute."""
+def communication(graph: StepGraph, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank, in rank order, |M| and |M \\ C|: M the union of the collectives' spans (from
+    their arrival, or their transfer's start, to their transfer's end), C the rank's
+    compute."""
     ranks = sorted({n.rank for n in graph.nodes})
     kind = np.array([n.kind for n in graph.nodes], dtype=object)
     rank = np.array([n.rank for n in graph.nodes])
@@ -187,7 +208,7 @@ def _communication(graph: StepGraph, s: Schedule) -> tuple[float, float]:
         c = iv.union(s.start_us[compute], s.end_us[compute])
         comm.append(iv.length(m))
         exposed.append(iv.length(iv.subtract(m, c)))
-    return (float(np.mean(comm)), float(np.mean(exposed))) if ranks else (0.0, 0.0)
+    return np.array(comm, dtype=np.float64), np.array(exposed, dtype=np.float64)
 
 
 def edited_step_us(graph: StepGraph, edits: list[Edit], tax: Tax | None = None) -> float:

@@ -34,7 +34,7 @@ from ..graph.build import join_steps
 from ..graph.contended import Tax
 from ..graph.edit import WorldSize
 from ..graph.model import CycleError, StepGraph
-from ..graph.whatif import Edit
+from ..graph.whatif import Edit, overlap_pct
 from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
 from ..metrics.cost import CostModel, fit_cost
 from ..trace.discover import discover
@@ -176,14 +176,16 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
                          "dependencies make a cycle")
             continue
         step_us = statistics.median(o.step_us for o in outcomes) / ratio
-        overlaps = [o.overlap_pct for o in outcomes if o.overlap_pct is not None]
         buckets = [o.buckets for o in outcomes if o.buckets is not None]
         predictions.append(Prediction(
             variant=variant or "as recorded", world_size=n, bucket_cap_mb=cap,
             buckets=int(statistics.median(buckets)) if buckets else 0,
             step_ms=step_us / 1e3,
-            exposed_comm_ms=statistics.median(o.exposed_us for o in outcomes) / ratio / 1e3,
-            overlap_pct=statistics.median(overlaps) if overlaps else None,
+            # exposed communication and overlap over the replayed steps as ``analyze``
+            # measures them over its window (``_measured``): per step on average, and per
+            # rank over all the steps, then the ranks' mean
+            exposed_comm_ms=statistics.fmean(o.exposed_us for o in outcomes) / ratio / 1e3,
+            overlap_pct=overlap_pct(outcomes),
             efficiency=statistics.median(single) / ratio / (n * step_us)
             if step_us and single else 0.0,
             recorded=recorded))

@@ -95,6 +95,25 @@ def enclosing(trace: RankTrace, spans: np.ndarray, events: np.ndarray) -> np.nda
     return piece
 
 
+def nested_in(trace: RankTrace, spans: np.ndarray, events: np.ndarray) -> np.ndarray:
+    """Which of ``events`` (a mask), not themselves among ``spans`` (a mask), lie wholly
+    inside the union of ``spans`` on their own thread: start and end within one of its
+    pieces (spans that overlap are taken together)."""
+    nested = np.zeros(trace.n_events, dtype=bool)
+    candidates = events & ~spans
+    if not candidates.any() or not spans.any():
+        return nested
+    for thread in np.unique(trace.thread_id[spans]).tolist():
+        starts, ends = iv.union(trace.start_us[spans & (trace.thread_id == thread)],
+                                trace.end_us[spans & (trace.thread_id == thread)])
+        if not starts.size:
+            continue
+        mine = np.flatnonzero(candidates & (trace.thread_id == thread))
+        k = np.searchsorted(starts, trace.start_us[mine], side="right") - 1
+        nested[mine] = (k >= 0) & (trace.end_us[mine] <= ends[np.clip(k, 0, None)])
+    return nested
+
+
 def structural_comm(trace: RankTrace, stream: np.ndarray, kinds: np.ndarray,
                     selected: np.ndarray) -> StructuralComm:
     """The selected compute kernels that are communication by structure (module docstring)."""
