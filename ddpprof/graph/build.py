@@ -90,8 +90,11 @@ def prepare(trace: RankTrace, keep_last_step: bool = False,
     issuing = c10d | (host & ~cats(trace, lambda c: c in classify.HOST_WORK_CATEGORIES)) | \
         comm_or_wait
     launch_of = _launches(trace, stream, kernels)
-    in_host_comm = nested_in(trace, host_comm, host)
-    in_host_wait = nested_in(trace, comm_or_wait, host)
+    gpu = bool(kernels.any())
+    # (on a GPU every host piece is host work: only a CPU run's ops can be compute)
+    cpu_ops = np.zeros_like(host) if gpu else host
+    in_host_comm = nested_in(trace, host_comm, cpu_ops)
+    in_host_wait = nested_in(trace, comm_or_wait, cpu_ops)
     # an op on the span's own thread needs no edge of its own
     issued_by = {span: op for span, op in classify.issuing_ops(
         trace, np.flatnonzero(host_comm)).items()
@@ -107,7 +110,7 @@ def prepare(trace: RankTrace, keep_last_step: bool = False,
         steps = [(-1, "whole trace", float(trace.start_us.min()), float(trace.end_us.max()),
                   busiest)]
     return _Prepared(trace, stream, host, kernels, kinds, host_comm, waits, issuing,
-                     in_host_comm, in_host_wait, bool(kernels.any()), launch_of, issued_by,
+                     in_host_comm, in_host_wait, gpu, launch_of, issued_by,
                      steps)
 
 
