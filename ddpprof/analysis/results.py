@@ -83,7 +83,7 @@ class RankResult:
     #: by the run once every rank is in; a lone rank's calls transfer from their start.
     transfer_start_us: np.ndarray | None = None
     #: This rank's share of the graph of each analyzed step (``AnalysisOptions.step_graphs``,
-    #: or ``replay_graphs`` for a run whose gradients were bucketed).
+    #: or ``replay_graphs`` for a run ddpprof recorded whose gradients were bucketed).
     graph_steps: list[RankStep] | None = None
     #: What the trace gives the run's overlap tax (never written out).
     tax_samples: RankTaxSamples | None = None

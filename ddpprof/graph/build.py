@@ -110,8 +110,7 @@ def prepare(trace: RankTrace, keep_last_step: bool = False,
         steps = [(-1, "whole trace", float(trace.start_us.min()), float(trace.end_us.max()),
                   busiest)]
     return _Prepared(trace, stream, host, kernels, kinds, host_comm, waits, issuing,
-                     in_host_comm, in_host_wait, gpu, launch_of, issued_by,
-                     steps)
+                     in_host_comm, in_host_wait, gpu, launch_of, issued_by, steps)
 
 
 def _launches(trace: RankTrace, stream: np.ndarray, kernels: np.ndarray) -> dict[int, int]:

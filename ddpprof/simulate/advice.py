@@ -132,10 +132,10 @@ def pooled_cost(runs: list[RunResult]) -> dict[ModelKey, CostModel]:
 
 
 def cap_advice_for_runs(runs: list[RunResult]) -> dict[str, CapAdvice]:
-    """``cap_advice`` for every run of a local folder: replayed where the analysis made its
-    step graphs (``AnalysisOptions.replay_graphs``: ddpprof recorded it and its gradients were
-    bucketed), fitted only where ddpprof did not record it; a run whose own collectives cannot
-    be fitted borrows the fit over all the runs given."""
+    """``cap_advice`` for every run: replayed where the analysis made its step graphs
+    (``AnalysisOptions.replay_graphs``: ddpprof recorded it, from a local folder, and its
+    gradients were bucketed), fitted only where ddpprof did not record it; a run whose own
+    collectives cannot be fitted borrows the fit over all the runs given."""
     advice = {}
     pooled = pooled_cost(runs)
     for run in runs:
