@@ -76,9 +76,29 @@ def launching_host_event(trace: RankTrace, stream: np.ndarray) -> np.ndarray:
 def enclosing(trace: RankTrace, spans: np.ndarray, events: np.ndarray) -> np.ndarray:
     """For each of ``events`` (indices of host events), the piece of the union of ``spans``
     (a mask) on its own thread that holds its start, numbered over the trace; -1 for none."""
+    return _pieces_holding(trace, spans, events)[0]
+
+
+def nested_in(trace: RankTrace, spans: np.ndarray, events: np.ndarray) -> np.ndarray:
+    """Which of ``events`` (a mask), not themselves among ``spans`` (a mask), lie wholly
+    inside the union of ``spans`` on their own thread: start and end within one of its
+    pieces (spans that overlap are taken together)."""
+    nested = np.zeros(trace.n_events, dtype=bool)
+    candidates = np.flatnonzero(events & ~spans)
+    piece, piece_end = _pieces_holding(trace, spans, candidates)
+    nested[candidates] = (piece >= 0) & (trace.end_us[candidates] <= piece_end)
+    return nested
+
+
+def _pieces_holding(trace: RankTrace, spans: np.ndarray, events: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """For each of ``events`` (indices), the piece of the union of ``spans`` on its own
+    thread that holds its start (numbered over the trace; -1 for none), and that piece's
+    end (NaN for none)."""
     piece = np.full(events.size, -1, dtype=np.int64)
+    piece_end = np.full(events.size, np.nan)
     if not events.size or not spans.any():
-        return piece
+        return piece, piece_end
     threads = trace.thread_id[events]
     offset = 0
     for thread in np.unique(trace.thread_id[spans]).tolist():
@@ -91,27 +111,9 @@ def enclosing(trace: RankTrace, spans: np.ndarray, events: np.ndarray) -> np.nda
         k = np.searchsorted(starts, t, side="right") - 1
         inside = (k >= 0) & (t <= ends[np.clip(k, 0, None)])
         piece[on_thread[inside]] = offset + k[inside]
+        piece_end[on_thread[inside]] = ends[k[inside]]
         offset += starts.size
-    return piece
-
-
-def nested_in(trace: RankTrace, spans: np.ndarray, events: np.ndarray) -> np.ndarray:
-    """Which of ``events`` (a mask), not themselves among ``spans`` (a mask), lie wholly
-    inside the union of ``spans`` on their own thread: start and end within one of its
-    pieces (spans that overlap are taken together)."""
-    nested = np.zeros(trace.n_events, dtype=bool)
-    candidates = events & ~spans
-    if not candidates.any() or not spans.any():
-        return nested
-    for thread in np.unique(trace.thread_id[spans]).tolist():
-        starts, ends = iv.union(trace.start_us[spans & (trace.thread_id == thread)],
-                                trace.end_us[spans & (trace.thread_id == thread)])
-        if not starts.size:
-            continue
-        mine = np.flatnonzero(candidates & (trace.thread_id == thread))
-        k = np.searchsorted(starts, trace.start_us[mine], side="right") - 1
-        nested[mine] = (k >= 0) & (trace.end_us[mine] <= ends[np.clip(k, 0, None)])
-    return nested
+    return piece, piece_end
 
 
 def structural_comm(trace: RankTrace, stream: np.ndarray, kinds: np.ndarray,
