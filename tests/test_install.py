@@ -92,6 +92,11 @@ def test_the_plain_install_analyzes_without_torch(tmp_path):
     assert {"ddpprof", "numpy", "pandas", "plotly", "click", "rich", "jinja2",
             "msgspec"} <= names
     assert not names & {"torch", "transformers", "triton", "nvidia-cudnn-cu12"}, names
+    # the wheel carries the native event scan, compiled at install
+    built = subprocess.run([venv / "bin" / "python", "-c", "from ddpprof.trace import scanned; "
+                            "print(scanned.AVAILABLE)"], capture_output=True, text=True,
+                           check=True, cwd=tmp_path)
+    assert built.stdout == "True\n"
 
     runs = _fixture_runs(tmp_path / "runs")
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "CI": "true", "HOME": str(tmp_path)}

@@ -33,7 +33,7 @@ from ddpprof.trace.sliced import DEFAULT_SLICING
 COLUMNS = ("name_id", "category_id", "start_us", "end_us", "thread_id", "stream",
            "correlation", "has_correlation", "external_id")
 #: The whole-document decode in one slice on one process: no quick cut, no scan, no fork.
-REFERENCE = Slicing(slice_bytes=1 << 40, quick_cuts=False)
+REFERENCE = Slicing(slice_bytes=1 << 40, quick_cuts=False, native_scan=False)
 #: Quick cuts that must hold (a fallback would be an error).
 QUICK_ONLY = Slicing(fall_back=False)
 

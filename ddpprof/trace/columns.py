@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from itertools import compress
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from . import args as meaning
 from . import classify
-from .decode_events import ABSENT, Event
+from .decode_events import ABSENT, Args, Event
 from .events import CommArgs
 
 #: ``ph`` values of events with a duration; legacy traces may omit ``ph`` altogether.
@@ -52,6 +53,8 @@ class Columns:
         self.values = self.objects = 0        # elements of the array, and objects among them
 
     def add(self, events: list[Event]) -> None:
+        """Add a run of decoded events (``ddpprof.trace.scanned`` adds a scanned run the same
+        way, through the same helpers)."""
         # One list comprehension per field (the fastest way from structs to lists in CPython:
         # faster than ``attrgetter`` and ``zip``), interning through C-level ``map``, and every
         # test after that in numpy: a Python loop over events would cost more than the decoding.
@@ -62,23 +65,21 @@ class Columns:
         ts_all = [e.ts for e in events]
         ts = np.array(ts_all, dtype=np.float64)           # an absent or null ts reads as NaN
         dur = np.array([e.dur for e in events], dtype=np.float64)
-        has_ts, has_dur = ~np.isnan(ts), ~np.isnan(dur)
-        if has_ts.any():
-            self.ts_low = min(self.ts_low, float(ts[has_ts].min()))
-            self.ts_high = max(self.ts_high, float(ts[has_ts].max()))
-        self.ts_missing = self.ts_missing or not has_ts.all()
+        self.note_times(ts)
         phase_table: dict[str | None, int] = {}
         phase_code = intern(phase_table, phases)
-        self._read_thread_names(events, phase_code, phase_table.get("M"))
+        if "M" in phase_table:
+            self.read_thread_names(list(compress(events, (phase_code == phase_table["M"])
+                                                 .tolist())))
         # Complete events with a start and a duration; the profiler's own "Trace" span,
         # metadata, instants, counters and flow arrows go before they cost anything more.
         complete = np.isin(phase_code, [phase_table[p] for p in _COMPLETE if p in phase_table])
-        keep = complete & has_ts & has_dur
+        has_times = ~np.isnan(ts) & ~np.isnan(dur)
+        keep = complete & has_times
         if "Trace" in categories:
             keep &= np.array([c != "Trace" for c in categories], dtype=bool)
         if "X" in phase_table:
-            self.dropped += int(np.count_nonzero((phase_code == phase_table["X"]) & ~(
-                has_ts & has_dur)))
+            self.dropped += int(np.count_nonzero((phase_code == phase_table["X"]) & ~has_times))
         if not keep.all():
             kept = keep.tolist()
             events = list(compress(events, kept))
@@ -89,12 +90,9 @@ class Columns:
             return
         # HTA's ts column is float64, and so rounded, if any event's ts is not a JSON integer
         self.ts_all_integers = self.ts_all_integers and float not in set(map(type, ts_all))
-        names = [e.name for e in events]
         args = [e.args for e in events]
-        name_code = intern(self.names, names)
-        if len(self.wants_args) < len(self.names):
-            self.wants_args += [classify.keeps_call_arguments(name) for name in
-                                list(self.names)[len(self.wants_args):]]
+        name_code = intern(self.names, [e.name for e in events])
+        self.note_names()
         correlation, has_correlation = ids([a.correlation for a in args])
         external_ids = [a.external_id for a in args]
         old_external_ids = [a.old_external_id for a in args]
@@ -102,7 +100,10 @@ class Columns:
             external_ids = [old if new is ABSENT else new
                             for new, old in zip(external_ids, old_external_ids, strict=True)]
         collectives = [a.collective for a in args]
-        columns = {
+        self.keep_arguments(name_code, args, np.array([c is not None for c in collectives],
+                                                      dtype=bool)
+                            if collectives.count(None) < len(collectives) else None)
+        self.append({
             "ts": ts, "dur": dur, "name": name_code,
             "category": intern(self.categories, categories),
             # pid and tid interned apart (no tuple per event), paired up by the loader
@@ -112,10 +113,49 @@ class Columns:
             "correlation": correlation,
             "has_correlation": has_correlation,
             "external_id": ids(external_ids)[0],
-        }
+        })
+
+    def note_times(self, ts: np.ndarray) -> None:
+        """The range of the run's timestamps (NaN: absent), kept or not."""
+        has_ts = ~np.isnan(ts)
+        if has_ts.any():
+            self.ts_low = min(self.ts_low, float(ts[has_ts].min()))
+            self.ts_high = max(self.ts_high, float(ts[has_ts].max()))
+        self.ts_missing = self.ts_missing or not has_ts.all()
+
+    def read_thread_names(self, metadata: list[Event]) -> None:
+        """Threads' names from metadata events (``ph: M``), the last one for a thread kept."""
+        for event in metadata:
+            if event.name == "thread_name":
+                label = event.args.thread_label
+                self.thread_names[(event.pid, event.tid)] = label if isinstance(
+                    label, str) else ""
+
+    def note_names(self) -> None:
+        """Which of the names interned so far keep their events' call arguments."""
+        if len(self.wants_args) < len(self.names):
+            self.wants_args += [classify.keeps_call_arguments(name) for name in
+                                list(self.names)[len(self.wants_args):]]
+
+    def argument_rows(self, name_code: np.ndarray) -> np.ndarray:
+        """Which of these kept events (by name code) :meth:`keep_arguments` may read the
+        arguments of, a collective's aside."""
+        rows = np.array(self.wants_args, dtype=bool)[name_code]
+        for name in (classify.GRAD_READY, *classify.MATMUL_OPS):
+            code = self.names.get(name)
+            if code is not None:
+                rows |= name_code == code
+        return rows
+
+    def keep_arguments(self, name_code: np.ndarray, args: Sequence[Args] | Mapping[int, Args],
+                       collective: np.ndarray | None) -> None:
+        """Keep what the arguments of the run's kept events say (``args[i]`` for event ``i``;
+        a mapping need hold only :meth:`argument_rows` and the collectives): collectives
+        (events that declare one, and those whose name keeps them), gradients' bytes and
+        matrix products' FLOPs, by event index."""
         wanted = np.array(self.wants_args, dtype=bool)[name_code]
-        if collectives.count(None) < len(collectives):
-            wanted |= np.array([c is not None for c in collectives], dtype=bool)
+        if collective is not None:
+            wanted |= collective
         self.comm_args.update((self.count + i, meaning.comm_args(args[i]))
                               for i in np.flatnonzero(wanted).tolist())
         grad_code = self.names.get(classify.GRAD_READY)
@@ -130,20 +170,12 @@ class Columns:
                 flops = meaning.matmul_flops(args[i], first)
                 if flops is not None:
                     self.matmul_flops[self.count + i] = flops
+
+    def append(self, columns: dict[str, np.ndarray]) -> None:
+        """The kept events' columns (every key of ``_PARTS``)."""
         for key, values in columns.items():
             self.parts[key].append(values)
-        self.count += len(events)
-
-    def _read_thread_names(self, events: list[Event], phase_code: np.ndarray,
-                           metadata_code: int | None) -> None:
-        if metadata_code is None:
-            return
-        for i in np.flatnonzero(phase_code == metadata_code).tolist():
-            event = events[i]
-            if event.name == "thread_name":
-                label = event.args.thread_label
-                self.thread_names[(event.pid, event.tid)] = label if isinstance(
-                    label, str) else ""
+        self.count += len(columns["ts"])
 
     def extend(self, other: Columns) -> None:
         """Append ``other`` (decoded elsewhere, with its own interning tables)."""

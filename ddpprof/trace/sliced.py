@@ -44,6 +44,7 @@ from .document import (
 )
 from .io import MemoryBytes, TraceBytes
 from .parallel import Slice, decode_in_parallel
+from .scanned import add_scanned
 from .storage import Location
 
 _JSON_BLANKS = b" \t\r\n"           # JSON's whitespace; bytes.strip() would take more
@@ -70,6 +71,9 @@ class Slicing:
     slices_per_task: int = 8
     #: Try the quick cuts first; False: the whole-document decode only.
     quick_cuts: bool = True
+    #: Scan each slice natively where the scan takes it (``scanned``); False: the Python
+    #: decoder only (the reference the native scan is tested against).
+    native_scan: bool = True
     #: Where the quick cuts do not hold, fall back to the whole-document decode; False: a
     #: TraceError instead (for tests that check the quick cuts held).
     fall_back: bool = True
@@ -100,9 +104,10 @@ def decode_events(data: TraceBytes, path: Location, workers: int, slicing: Slici
     return decode_whole_document(data, path, workers, slicing)
 
 
-def decode_slices(data: TraceBytes, slices: list[Slice]) -> Columns:
-    """Decode slices of ``data``; a slice without an end runs to the events array's closing
-    bracket (its offset is kept as ``closing``)."""
+def decode_slices(data: TraceBytes, native_scan: bool, slices: list[Slice]) -> Columns:
+    """Decode slices of ``data``, each by the native scan where ``native_scan`` and the scan
+    takes it, else by the Python decoder; a slice without an end runs to the events array's
+    closing bracket (its offset is kept as ``closing``)."""
     columns = Columns()
     for start, end in slices:
         if end is None:
@@ -114,6 +119,8 @@ def decode_slices(data: TraceBytes, slices: list[Slice]) -> Columns:
             run: bytes | bytearray = b"".join((b"[", rest[:found], b"]"))
         else:
             run = data.framed(start, end)
+        if native_scan and add_scanned(columns, run):
+            continue
         events, values, objects = decode_run(run)
         columns.values += values
         columns.objects += objects
@@ -128,7 +135,7 @@ def decode_with_quick_cuts(data: TraceBytes, workers: int, slicing: Slicing
     document has any problem."""
     start = events_start(data)
     try:
-        columns = decode_in_parallel(partial(decode_slices, data),
+        columns = decode_in_parallel(partial(decode_slices, data, slicing.native_scan),
                                      quick_cuts(data, start, slicing.slice_bytes), workers,
                                      slicing.slices_per_task, slicing.before_task)
     except (msgspec.MsgspecError, OverflowError, TypeError, ValueError):
@@ -212,7 +219,7 @@ def decode_whole_document(data: TraceBytes, path: Location, workers: int, slicin
     array, info = decode_document(data.whole(), path)
     events = MemoryBytes(path, array)
     slices: list[Slice] = list(scanned_cuts(array, slicing.slice_bytes))
-    decode = partial(decode_slices, events)
+    decode = partial(decode_slices, events, slicing.native_scan)
     try:
         if len(slices) == 1:
             return decode(slices), info
