@@ -20,6 +20,7 @@ from . import options as o
 from .commands.variants import help_text
 from .errors import Interrupted, RunFailed, UsageError, describe_os_error, without_secrets
 from .options import exits
+from .processes import import_numpy_with_one_blas_thread
 from .record.config import option_fields, record_option_fields
 from .report.output import Output, Outputs, emit
 from .report.table import terminal_text
@@ -40,6 +41,7 @@ class Commands(RichGroup):
 def run(command: str, *args: Any, outputs: Outputs, **kwargs: Any) -> None:
     """Call ``ddpprof.commands.<command>``, print and write what it returns, exit with its
     status."""
+    import_numpy_with_one_blas_thread()
     module = importlib.import_module(f"{__package__}.commands.{command}")
     output: Output = getattr(module, command)(*args, outputs=outputs, **kwargs)
     emit(output, outputs)

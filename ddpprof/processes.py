@@ -101,3 +101,19 @@ def child_pids(parent: int) -> list[int]:
             if entry.name.isdigit() and parent_of(int(entry.name)) == parent:
                 children.append(int(entry.name))
     return children
+
+
+def import_numpy_with_one_blas_thread() -> None:
+    """Import numpy with OpenBLAS held to one thread, unless numpy is already imported or the
+    user set ``OPENBLAS_NUM_THREADS``. OpenBLAS's idle threads spin on a core for a while after
+    it loads and after each call (about 0.1 s of CPU each time, measured here): on two cores
+    that is a core taken from the trace decoders and the analysis' threads, and ddpprof's
+    matrices are too small to gain from BLAS threads. The variable is set for the import only:
+    processes started later (torchrun's ranks) see the user's environment."""
+    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"       # read once, when OpenBLAS loads
+    try:
+        import numpy  # noqa: F401
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]

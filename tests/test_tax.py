@@ -247,7 +247,7 @@ def test_the_fit_from_cluster_sums_equals_least_squares_on_the_samples(seed, clu
     gives the γ that least squares on the samples gives, or None where that says it cannot
     be told: random samples, log durations around 8 (large beside their spread: 10⁻⁶ to
     10⁻¹), some share columns all zero (a size class beside nothing), some set per cluster."""
-    from ddpprof.metrics.tax import _Fit, _Samples
+    from ddpprof.metrics.tax_fit import Fit, Samples
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(keys * 2, keys * 6))
@@ -260,7 +260,7 @@ def test_the_fit_from_cluster_sums_equals_least_squares_on_the_samples(seed, clu
     shares[:, patterned] = rng.random((clusters, columns))[cluster][:, patterned] > 0.5
     noise = 10.0 ** rng.uniform(-6, -1)
     log_duration = 8 + rng.normal(0, noise, n) + 10 * noise * shares.sum(axis=1)
-    fit = _Fit(_Samples(log_duration, key, cluster, shares))
+    fit = Fit(Samples(log_duration, key, cluster, shares))
     draws = np.vstack([np.ones(fit.clusters), rng.multinomial(
         fit.clusters, np.full(fit.clusters, 1 / fit.clusters), size=20)]).astype(float)
     _, cluster_id = np.unique(cluster, return_inverse=True)
@@ -273,3 +273,47 @@ def test_the_fit_from_cluster_sums_equals_least_squares_on_the_samples(seed, clu
                 assert np.isnan(gamma)
             else:
                 assert gamma == pytest.approx(expected, rel=1e-6, abs=1e-6)
+
+
+@settings(max_examples=15, deadline=None)
+@given(taxed_samples(), st.integers(0, 2**32 - 1))
+def test_the_figures_do_not_depend_on_the_number_of_threads(case, seed):
+    """The rows are fitted on several threads, each with a one-threaded BLAS: one thread or
+    four give the same figures to the last bit (noise added, so that every row's fit has
+    work to do)."""
+    import ddpprof.metrics.tax as tax_module
+
+    ops, spans, _, _ = case
+    rng = np.random.default_rng(seed)
+    noisy = [(key, k, start, end + rng.uniform(0, 5)) for key, k, start, end in ops]
+    found = []
+    for threads in (1, 4):
+        tax_module._THREADS = threads
+        try:
+            found.append(overlap_tax([rank(noisy, spans, compute=[])]))
+        finally:
+            tax_module._THREADS = tax_module.default_threads()
+    assert found[0] == found[1]
+
+
+def test_the_command_line_loads_blas_with_one_thread():
+    """Each command imports numpy with OpenBLAS held to one thread (its idle threads would
+    spin on a core the decoders and the analysis use), leaves OPENBLAS_NUM_THREADS as it found
+    it for the processes it starts, and respects a count the user set."""
+    import subprocess
+    import sys
+
+    script = ("import os, threadpoolctl\n"
+              "from ddpprof.processes import import_numpy_with_one_blas_thread\n"
+              "import_numpy_with_one_blas_thread()\n"
+              "import numpy\n"
+              "blas = [i['num_threads'] for i in threadpoolctl.threadpool_info()\n"
+              "        if i['internal_api'] == 'openblas']\n"
+              "print(blas, os.environ.get('OPENBLAS_NUM_THREADS'))\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    ours = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, check=True).stdout.split(maxsplit=1)
+    theirs = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env={**env, "OPENBLAS_NUM_THREADS": "2"}, check=True).stdout
+    assert ours == ["[1]", "None\n"]
+    assert theirs == "[2] 2\n"

@@ -8,6 +8,7 @@ does; CPU traces over host lanes (see ``ddpprof.metrics.breakdown``).
 from __future__ import annotations
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -159,26 +160,30 @@ class _DeviceAnalysis:
                               "unrounded numbers are the true ones")
         call_events = sel & (self.kinds == Kind.COMMUNICATION) | host_comm_events
         calls = self._calls(call_events)
-        is_compute = sel & (self.kinds == Kind.COMPUTE)
-        compute = iv.union(self.start[is_compute], self.end[is_compute])
-        if note := self.structural.note(trace, self.start, self.end):
-            self.notes.append(note)
-        self._note_classification(sel, host_comm_events)
-        samples = tax.device_samples(trace, self.stream, is_compute, call_events, self.start,
-                                     self._launch_positions() if self.analyzed.size else
-                                     np.zeros(trace.n_events, np.int64), compute)
-        return RankResult(
-            path=str(trace.path), rank=rank, world_size=trace.world_size,
-            backend=trace.backend, kind="gpu", last_step=self.last_step,
-            steps=max(int(self.analyzed.size), 1), total_steps=0, breakdown=breakdown,
-            collectives=collective_stats(calls), overlap_by_kind=_overlap_by_kind(
-                calls, compute), process_groups=group_figures(calls, compute), calls=calls,
-            per_step=self._per_step(),
-            timeline=self._timeline(compute) if self.options.timeline else None,
-            buckets=self._buckets(), host=self._host_signals(sel, host_comm),
-            notes=self.notes, tax_samples=samples, parts=device_parts(
-                trace, self.stream, self.start, self.end, sel, self.kinds,
-                self._launch_times, self._launch_positions(), self.analyzed, calls))
+        # The parts (for diff) are the largest piece of work here, mostly numpy that leaves
+        # the interpreter's lock: a second thread computes them meanwhile.
+        with ThreadPoolExecutor(1) as pool:
+            parts = pool.submit(device_parts, trace, self.stream, self.start, self.end, sel,
+                                self.kinds, self._launch_times, self._launch_positions,
+                                self.analyzed, calls)
+            is_compute = sel & (self.kinds == Kind.COMPUTE)
+            compute = iv.union(self.start[is_compute], self.end[is_compute])
+            if note := self.structural.note(trace, self.start, self.end):
+                self.notes.append(note)
+            self._note_classification(sel, host_comm_events)
+            samples = tax.device_samples(trace, self.stream, is_compute, call_events, self.start,
+                                         self._launch_positions if self.analyzed.size else
+                                         np.zeros(trace.n_events, np.int64), compute)
+            return RankResult(
+                path=str(trace.path), rank=rank, world_size=trace.world_size,
+                backend=trace.backend, kind="gpu", last_step=self.last_step,
+                steps=max(int(self.analyzed.size), 1), total_steps=0, breakdown=breakdown,
+                collectives=collective_stats(calls), overlap_by_kind=_overlap_by_kind(
+                    calls, compute), process_groups=group_figures(calls, compute), calls=calls,
+                per_step=self._per_step(),
+                timeline=self._timeline(compute) if self.options.timeline else None,
+                buckets=self._buckets(), host=self._host_signals(sel, host_comm),
+                notes=self.notes, tax_samples=samples, parts=parts.result())
 
     def _host_signals(self, sel: np.ndarray, host_comm: iv.Intervals) -> HostSignals:
         """Device idle time during which host ops or launch calls ran (the CPU could not keep
@@ -246,6 +251,7 @@ class _DeviceAnalysis:
     def _launch_times(self) -> np.ndarray:
         return launch_times(self.trace, self.stream, self.start)
 
+    @functools.cached_property
     def _launch_positions(self) -> np.ndarray:
         """For every event, the position in ``analyzed`` of the step its launching host event
         started in (device events are matched to host events by correlation id), else -1."""
@@ -267,7 +273,7 @@ class _DeviceAnalysis:
         # the selected events in HTA's row order, grouped by the step that launched them (a
         # stable sort keeps that order within each step): one pass, whatever the step count
         rows = self.order[sel[self.order]]
-        position = self._launch_positions()[rows]
+        position = self._launch_positions[rows]
         rows, position = rows[np.argsort(position, kind="stable")], np.sort(position)
         bounds = np.searchsorted(position, np.arange(self.analyzed.size + 1))
         return [StepRow(self.trace.names[self.trace.name_id[step]],
@@ -297,7 +303,7 @@ class _DeviceAnalysis:
         if self.analyzed.size == 0:
             return None
         middle = self.analyzed[self.analyzed.size // 2]
-        mine = self.selected & (self._launch_positions() == self.analyzed.size // 2) & (
+        mine = self.selected & (self._launch_positions == self.analyzed.size // 2) & (
             self.kinds == Kind.COMMUNICATION)
         return _bucket_timeline(trace, middle, np.flatnonzero(mine), self.start, self.end)
 
@@ -305,7 +311,7 @@ class _DeviceAnalysis:
         trace, sel = self.trace, self.selected
         if self.analyzed.size:
             middle = self.analyzed.size // 2
-            mine = sel & (self._launch_positions() == middle)
+            mine = sel & (self._launch_positions == middle)
             label = trace.names[trace.name_id[self.analyzed[middle]]]
         else:
             mine, label = sel, "whole trace"

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..metrics import intervals as iv
 from ..metrics.tax import WORK_CLASSES, OpSamples, RankTaxSamples
+from ..metrics.tax_fit import row_ids
 from ..trace import classify
 from ..trace.events import RankTrace
 
@@ -103,8 +104,7 @@ def rank_samples(trace: RankTrace, ops: np.ndarray, lane: np.ndarray, op_step: n
     ordinal = np.empty(order.size, dtype=np.int64)
     ordinal[order] = np.arange(order.size) - run_start
     if ops.size:
-        key = np.unique(np.stack([lane, names, ordinal], axis=1), axis=0,
-                        return_inverse=True)[1].ravel()
+        key = row_ids(lane, names, ordinal)
         used, inverse = np.unique(names, return_inverse=True)
         position = {name: k for k, name in enumerate(WORK_CLASSES)}
         work_class = np.array([position[classify.work_class(trace.names[i])] for i in used],

@@ -20,23 +20,29 @@ Both compare *the same work* alone and overlapped, over a run's analyzed steps a
 Per collective size, the compute tax takes one γ per size class of the collective beside the
 op (regressors: the share of the op beside collectives of that class) and the communication
 tax is fitted per size class of the collective. Each tax comes with a 95% interval: the 2.5th
-and 97.5th percentiles over :data:`BOOTSTRAP` refits on (rank, step) clusters drawn with
+and 97.5th percentiles over ``tax_fit.BOOTSTRAP`` refits on (rank, step) clusters drawn with
 replacement (a fixed seed: the same trace gives the same interval).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import msgspec
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..errors import UsageError
 from ..units import KIB, MIB
 from . import intervals as iv
 from .comm import CollectiveCalls
 from .cost import fit_cost, traffic_bytes
+from .tax_fit import Fit, Samples, row_ids
 
 #: Work classes of the compute tax, in ``classify.work_class``'s order.
 WORK_CLASSES = ("gemm", "other")
@@ -48,7 +54,6 @@ SIZE_LABELS = ("< 64 KiB", "64 KiB - 1 MiB", "1 - 16 MiB", ">= 16 MiB")
 MIN_WORK_US = 50.0
 #: An occurrence is mostly overlapped at this share or more, else mostly alone.
 OVERLAPPED = 0.5
-BOOTSTRAP = 200
 #: The tax is fitted on at most this many (rank, step) clusters, evenly spaced over the run:
 #: the fit has one dummy per cluster, so its least squares grow with the square of their
 #: number, and a few dozen steps tell the tax (a long trace would otherwise take minutes).
@@ -56,7 +61,6 @@ MAX_CLUSTERS = 32
 #: ... and on at most this many occurrences, evenly spaced (each bootstrap refit is a least
 #: squares over all of them).
 MAX_SAMPLES = 4096
-SEED = 0
 #: Ops that ran only alone (or only overlapped) still tell each step's load: this many of the
 #: longest are kept beside those that tell the tax.
 REFERENCE_KEYS = 200
@@ -133,24 +137,18 @@ class OverlapTax(msgspec.Struct, frozen=True):
         return ", ".join(parts)
 
 
-@dataclass(frozen=True)
-class _Samples:
-    """Occurrences ready to fit: log duration, identity, cluster, and shares (columns)."""
-
-    log_duration: np.ndarray
-    key: np.ndarray
-    cluster: np.ndarray
-    shares: np.ndarray       # (n, columns)
-
-    def subset(self, keep: np.ndarray) -> _Samples:
-        return _Samples(self.log_duration[keep], self.key[keep], self.cluster[keep],
-                        self.shares[keep])
-
-
 def overlap_tax(ranks: list[tuple[RankTaxSamples, CollectiveCalls, np.ndarray]],
                 backend: str | None = None) -> OverlapTax:
     """The overlap tax of a run from each rank's samples, collective calls, and the start of
     each call's transfer (the last member's arrival: ``metrics.waits``)."""
+    with threadpool_limits(1, user_api="blas"):            # see _run
+        op_parts, call_parts = _parts(ranks, backend)
+        return OverlapTax(_run(_compute_rows(op_parts) + _comm_rows(call_parts)))
+
+
+def _parts(ranks: list[tuple[RankTaxSamples, CollectiveCalls, np.ndarray]],
+           backend: str | None) -> tuple[list[Any], list[Any]]:
+    """Each rank's ops (their shares beside each size class of collective) and calls."""
     op_parts, call_parts = [], []
     for rank, (samples, calls, transfer_start) in enumerate(ranks):
         size = np.array([np.nan if s is None else s for s in calls.size_bytes], dtype=float)
@@ -165,7 +163,26 @@ def overlap_tax(ranks: list[tuple[RankTaxSamples, CollectiveCalls, np.ndarray]],
         op_parts.append((rank, ops.key[keep], ops.step[keep], ops.work_class[keep],
                          np.log(duration[keep]), np.minimum(shares, 1.0)))
         call_parts.append(_call_part(rank, samples, calls, transfer_start, size, bins, backend))
-    return OverlapTax(_compute_rows(op_parts) + _comm_rows(call_parts))
+    return op_parts, call_parts
+
+
+def default_threads() -> int:
+    """The fits' threads: the cores this process may run on, at most 4 (their least squares
+    and eigendecompositions leave the interpreter's lock)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(4, cores or 1)
+
+
+_THREADS = default_threads()
+
+
+def _run(rows: list[Callable[[], TaxRow]]) -> list[TaxRow]:
+    """Each row's fit, on :data:`_THREADS` threads. The caller holds BLAS to one thread: so
+    that the figures do not depend on the number of cores (a BLAS product cut across threads
+    rounds differently), and because BLAS's own threads, on matrices this small, only get in
+    the way of these."""
+    with ThreadPoolExecutor(_THREADS) as pool:
+        return [done.result() for done in [pool.submit(row) for row in rows]]
 
 
 def shared_time(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -216,41 +233,40 @@ def _joined(parts: list[Any]) -> tuple[np.ndarray, ...]:
 
 def _ids(rank: np.ndarray, value: np.ndarray) -> np.ndarray:
     """One id per distinct (rank, value) pair."""
-    if rank.size == 0:
-        return rank
-    return np.unique(np.stack([rank, value], axis=1), axis=0, return_inverse=True)[1].ravel()
+    return row_ids(rank, value)
 
 
-def _compute_rows(parts: list[Any]) -> list[TaxRow]:
+def _compute_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
     key, cluster, work_class, log_duration, shares = _joined(parts)
-    everything = _Samples(log_duration, key, cluster, shares)
+    everything = Samples(log_duration, key, cluster, shares)
     # the ops that tell each step's load, whatever their class; they tell no class's tax
     chosen = _reference(everything, _varying(_pooled(everything)))
-    reference = _Samples(log_duration[chosen], key[chosen], cluster[chosen],
+    reference = Samples(log_duration[chosen], key[chosen], cluster[chosen],
                          np.zeros_like(shares[chosen]))
-    rows = []
+    rows: list[Callable[[], TaxRow]] = []
     for position, name in [(-1, ALL), *enumerate(WORK_CLASSES)]:
         mine = work_class == position if position >= 0 else np.ones(key.size, dtype=bool)
         samples = everything.subset(mine)
-        rows.append(_row("compute", name, ALL, _pooled(samples), 0, _pooled(reference)))
+        rows.append(partial(_row, "compute", name, ALL, _pooled(samples), 0,
+                            _pooled(reference)))
         for size, label in enumerate(SIZE_LABELS):
             if samples.shares[:, size].any():
-                rows.append(_row("compute", name, label, samples, size, reference))
+                rows.append(partial(_row, "compute", name, label, samples, size, reference))
     return rows
 
 
-def _pooled(samples: _Samples) -> _Samples:
+def _pooled(samples: Samples) -> Samples:
     """The samples with one share: beside any collective."""
-    return _Samples(samples.log_duration, samples.key, samples.cluster,
+    return Samples(samples.log_duration, samples.key, samples.cluster,
                     np.minimum(samples.shares.sum(axis=1, keepdims=True), 1.0))
 
 
-def _comm_rows(parts: list[Any]) -> list[TaxRow]:
+def _comm_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
     """The communication tax: each collective's transfer against what the run's collectives
     that ran mostly alone take for its traffic (their α–β fit, ``metrics.cost``; with one
     size, in proportion to the bytes)."""
     if not parts or not sum(len(p[1]) for p in parts):
-        return [TaxRow("communication", ALL, ALL, None, None, None, 0, 0, 0)]
+        return [partial(TaxRow, "communication", ALL, ALL, None, None, None, 0, 0, 0)]
     rank = np.concatenate([np.full(len(p[1]), p[0], dtype=np.int64) for p in parts])
     cluster = _ids(rank, np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]))
     bins = np.concatenate([p[2] for p in parts])
@@ -260,14 +276,16 @@ def _comm_rows(parts: list[Any]) -> list[TaxRow]:
     alone = beside < OVERLAPPED
     expected = _alone_time(traffic, np.exp(log_time), alone)
     if expected is None:
-        return [TaxRow("communication", ALL, ALL, None, None, None, 0, 0, int(beside.size))]
+        return [partial(TaxRow, "communication", ALL, ALL, None, None, None, 0, 0,
+                        int(beside.size))]
     # one key for all: the alone curve stands for "the same size alone"
-    samples = _Samples(log_time - np.log(expected), np.zeros(beside.size, dtype=np.int64),
+    samples = Samples(log_time - np.log(expected), np.zeros(beside.size, dtype=np.int64),
                        cluster, beside[:, None])
-    rows = [_row("communication", ALL, ALL, samples, 0)]
+    rows: list[Callable[[], TaxRow]] = [partial(_row, "communication", ALL, ALL, samples, 0)]
     for size, label in enumerate(SIZE_LABELS):
         if (bins == size).any():
-            rows.append(_row("communication", ALL, label, samples.subset(bins == size), 0))
+            rows.append(partial(_row, "communication", ALL, label, samples.subset(bins == size),
+                                0))
     return rows
 
 
@@ -284,8 +302,8 @@ def _alone_time(traffic: np.ndarray, time: np.ndarray, alone: np.ndarray
         return traffic * float(time[alone].sum() / traffic[alone].sum())
 
 
-def _row(side: str, work_class: str, size: str, samples: _Samples, column: int,
-         reference: _Samples | None = None) -> TaxRow:
+def _row(side: str, work_class: str, size: str, samples: Samples, column: int,
+         reference: Samples | None = None) -> TaxRow:
     """The tax of column ``column`` of ``samples.shares``, its interval and its support; the
     load of each (rank, step) told by ``reference`` (by default the samples' own other
     keys)."""
@@ -297,7 +315,7 @@ def _row(side: str, work_class: str, size: str, samples: _Samples, column: int,
     if reference is None:
         reference = samples.subset(_reference(samples, varying))
     told = samples.subset(varying)
-    fit = _Fit(_bounded(_Samples(*(np.concatenate([a, b]) for a, b in zip(
+    fit = Fit(_bounded(Samples(*(np.concatenate([a, b]) for a, b in zip(
         (told.log_duration, told.key, told.cluster, told.shares),
         (reference.log_duration, reference.key, reference.cluster, reference.shares),
         strict=True)))))
@@ -308,7 +326,7 @@ def _row(side: str, work_class: str, size: str, samples: _Samples, column: int,
     return TaxRow(side, work_class, size, _pct(gamma), low, high, keys, alone, overlapped)
 
 
-def _bounded(samples: _Samples) -> _Samples:
+def _bounded(samples: Samples) -> Samples:
     """At most :data:`MAX_CLUSTERS` clusters' samples and :data:`MAX_SAMPLES` of them, each
     evenly spaced."""
     clusters = np.unique(samples.cluster)
@@ -325,7 +343,7 @@ def _pct(gamma: float) -> float:
     return 100.0 * float(np.expm1(gamma))
 
 
-def _varying(samples: _Samples) -> np.ndarray:
+def _varying(samples: Samples) -> np.ndarray:
     """Which occurrences are of keys seen both mostly alone and mostly overlapped: those that
     tell the tax."""
     if samples.key.size == 0:
@@ -337,14 +355,15 @@ def _varying(samples: _Samples) -> np.ndarray:
     return (alone & beside)[inverse]
 
 
-def _reference(samples: _Samples, varying: np.ndarray) -> np.ndarray:
+def _reference(samples: Samples, varying: np.ndarray) -> np.ndarray:
     """The occurrences of the other keys that tell each (rank, step)'s load: the
     :data:`REFERENCE_KEYS` longest keys seen in two steps or more."""
     others = ~varying
     if not others.any():
         return others
-    pairs = np.unique(np.stack([samples.key[others], samples.cluster[others]], axis=1), axis=0)
-    keys, steps = np.unique(pairs[:, 0], return_counts=True)
+    key = samples.key[others]
+    distinct = np.unique(row_ids(key, samples.cluster[others]), return_index=True)[1]
+    keys, steps = np.unique(key[distinct], return_counts=True)   # steps each key is seen in
     candidates = keys[steps >= 2]
     if not candidates.size:
         return np.zeros(samples.key.size, dtype=bool)
@@ -353,117 +372,3 @@ def _reference(samples: _Samples, varying: np.ndarray) -> np.ndarray:
     length = np.bincount(inverse, weights=samples.log_duration[mine]) / np.bincount(inverse)
     chosen = ids[np.argsort(-length, kind="stable")[:REFERENCE_KEYS]]
     return mine & np.isin(samples.key, chosen)
-
-
-class _Fit:
-    """``log d = a(key) + b(cluster) + Σ γ_j f_j``, by weighted least squares with the key
-    effects taken out by demeaning within keys. The cluster bootstrap refits with each
-    cluster weighted by how often it was drawn (the same fit as on the drawn copies).
-
-    Every refit weights whole clusters, so the fit is solved from sums kept per cluster and
-    per (key, cluster) cell: with ``z`` a sample's regressors and target (its shares, its
-    cluster's dummy, its log duration) and ``w_c`` the clusters' weights, the within-key
-    cross products are ``M = Σ_c w_c A_c − Σ_k u_k u_kᵀ / W_k`` (``A_c = Σ z zᵀ`` over the
-    cluster, ``u_k`` and ``W_k`` the key's weighted sums of ``z`` and of weight), and γ
-    solves the normal equations ``M`` states. All refits are solved at once: the cost does
-    not grow with the number of samples."""
-
-    #: A column's within-key spread below this (mean square) is no spread at all, and one
-    #: whose part unexplained by the other columns is below this share of it is collinear.
-    _NO_SPREAD = 1e-18
-    _COLLINEAR = 1e-12
-
-    def __init__(self, samples: _Samples) -> None:
-        _, key = np.unique(samples.key, return_inverse=True)
-        _, cluster = np.unique(samples.cluster, return_inverse=True)
-        key, cluster = key.ravel(), cluster.ravel()
-        self.size = int(key.size)
-        self.keys = int(key.max()) + 1 if key.size else 0
-        self.clusters = int(cluster.max()) + 1 if cluster.size else 0
-        self.columns = int(samples.shares.shape[1])
-        onehot = np.zeros((key.size, self.clusters))
-        onehot[np.arange(key.size), cluster] = 1.0
-        z = np.concatenate([samples.shares, onehot, samples.log_duration[:, None]], axis=1)
-        # centred within keys first: the within-key products are then of small numbers, so
-        # taking the key means out of them again below loses no precision (log durations
-        # are large beside their spread); the fit, taken within keys, does not change
-        counts = np.bincount(key, minlength=self.keys).astype(np.float64)
-        means = np.stack([np.bincount(key, weights=column, minlength=self.keys)
-                          for column in z.T], axis=1) / np.maximum(counts, 1.0)[:, None]
-        z = z - means[key]
-        width = z.shape[1]
-        self.cross = np.zeros((self.clusters, width * width))     # A_c, flattened
-        for c in range(self.clusters):
-            mine = z[cluster == c]
-            self.cross[c] = (mine.T @ mine).ravel()
-        self.cell_sum = np.zeros((self.keys, self.clusters, width))  # U_kc
-        np.add.at(self.cell_sum, (key, cluster), z)
-        self.cell_count = np.zeros((self.keys, self.clusters))        # n_kc
-        np.add.at(self.cell_count, (key, cluster), 1.0)
-
-    def gammas(self, cluster_weight: np.ndarray, column: int) -> np.ndarray:
-        """γ of ``column`` for each row of cluster weights (``(refits, clusters)``); NaN
-        where that column does not vary within any key or the loads explain it."""
-        refits = cluster_weight.shape[0]
-        width = self.cell_sum.shape[2]
-        if self.size < 2:
-            return np.full(refits, np.nan)
-        moments = (cluster_weight @ self.cross).reshape(refits, width, width)
-        # refits in chunks, so the (refit, key, column) sums stay a few MB
-        chunk = max(1, 2_000_000 // max(self.keys * width, 1))
-        for first in range(0, refits, chunk):
-            w = cluster_weight[first:first + chunk]
-            sums = (w @ self.cell_sum.transpose(1, 0, 2).reshape(self.clusters, -1)
-                    ).reshape(w.shape[0], self.keys, width)
-            weight = w @ self.cell_count.T
-            scaled = sums / np.where(weight > 0, weight, 1.0)[:, :, None]
-            moments[first:first + chunk] -= scaled.transpose(0, 2, 1) @ sums
-        design = width - 1
-        gram = moments[:, :design, :design].copy()
-        target = moments[:, :design, design].copy()
-        spread = gram[:, column, column].copy()
-        total_weight = np.maximum(cluster_weight @ self.cell_count.sum(axis=0), 1.0)
-        # The columns no refit can tell anything from are set aside (an identity in their
-        # place): those with no spread within keys (a size class beside nothing, a cluster
-        # not drawn), and one drawn cluster's dummy, since the dummies, demeaned within keys,
-        # sum to zero.
-        aside = np.diagonal(gram, axis1=1, axis2=2) <= self._NO_SPREAD * total_weight[:, None]
-        aside[np.arange(refits), self.columns + np.argmax(cluster_weight > 0, axis=1)] = True
-        gram[aside[:, :, None] | aside[:, None, :]] = 0.0
-        gram[:, np.arange(design), np.arange(design)] += aside
-        target[aside] = 0.0
-        # any other collinearity (a share that one cluster's dummy explains, in a refit that
-        # drew two clusters) is a direction of no extent: the pseudo-inverse leaves it out
-        values, vectors = np.linalg.eigh(gram)
-        kept = values > self._COLLINEAR * values[:, -1:]
-        inverse_values = np.where(kept, 1.0 / np.where(kept, values, 1.0), 0.0)
-        row = (vectors[:, column, :] * inverse_values)[:, None, :] @ vectors.transpose(0, 2, 1)
-        row = row[:, 0, :]                # row ``column`` of the pseudo-inverse
-        # γ is told only by what of its column the other columns (the loads) do not explain:
-        # no direction left out may involve it, and that part, 1 / its diagonal entry there
-        # (the Schur complement), must not vanish beside its spread
-        involved = np.where(kept, 0.0, np.abs(vectors[:, column, :])).max(axis=1)
-        told = ~aside[:, column] & (involved < 1e-6) & (
-            row[:, column] * self._COLLINEAR * spread < 1.0)
-        solution = (row * target).sum(axis=1)
-        return np.where(told, solution, np.nan)
-
-    def gamma(self, column: int) -> float | None:
-        """γ of ``column`` with every cluster once; None when it cannot be told."""
-        found = float(self.gammas(np.ones((1, self.clusters)), column)[0])
-        return None if np.isnan(found) else found
-
-    def interval(self, column: int) -> tuple[float | None, float | None]:
-        """The 95% percentile interval of the tax over :data:`BOOTSTRAP` refits (None with
-        one cluster, or when fewer than half of the refits can estimate it)."""
-        if self.clusters < 2:
-            return None, None
-        rng = np.random.default_rng(SEED)
-        draws = rng.multinomial(self.clusters, np.full(self.clusters, 1 / self.clusters),
-                                size=BOOTSTRAP).astype(np.float64)
-        gammas = self.gammas(draws, column)
-        taxes = 100.0 * np.expm1(gammas[~np.isnan(gammas)])
-        if taxes.size < BOOTSTRAP / 2:
-            return None, None
-        low, high = np.percentile(taxes, [2.5, 97.5])
-        return float(low), float(high)
