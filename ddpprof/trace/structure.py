@@ -154,17 +154,37 @@ def innermost(trace: RankTrace, spans: np.ndarray, events: np.ndarray) -> np.nda
     that holds its start: the latest-starting one that has not ended; -1 for none."""
     index = np.flatnonzero(spans)
     index = index[np.lexsort((trace.start_us[index], trace.thread_id[index]))]
-    thread, start = trace.thread_id[index], trace.start_us[index]
+    thread, start, end = trace.thread_id[index], trace.start_us[index], trace.end_us[index]
     found = np.full(events.size, -1, dtype=np.int64)
-    for k, event in enumerate(events.tolist()):
-        t, mine = trace.start_us[event], trace.thread_id[event]
-        lo, hi = np.searchsorted(thread, mine, "left"), np.searchsorted(thread, mine, "right")
-        j = lo + np.searchsorted(start[lo:hi], t, side="right") - 1
-        while j >= lo and trace.end_us[index[j]] < t:     # a sibling that ended: look outward
-            j -= 1
-        if j >= lo:
-            found[k] = index[j]
+    if not index.size or not events.size:
+        return found
+    t, mine = trace.start_us[events], trace.thread_id[events]
+    lo = np.searchsorted(thread, mine, "left")
+    latest = np.empty(events.size, dtype=np.int64)   # the last span starting by the event
+    for lane in np.unique(mine).tolist():             # one search per thread
+        on = mine == lane
+        first, last = np.searchsorted(thread, lane, "left"), np.searchsorted(thread, lane,
+                                                                             "right")
+        latest[on] = first + np.searchsorted(start[first:last], t[on], side="right") - 1
+    # Look outward past siblings that ended before the event: a few steps for all the
+    # events at once, then one by one for the few that walk far (a long run of siblings).
+    walking = np.flatnonzero(latest >= lo)
+    for _ in range(_VECTOR_STEPS):
+        walking = walking[end[latest[walking]] < t[walking]]
+        if not walking.size:
+            break
+        latest[walking] -= 1
+        walking = walking[latest[walking] >= lo[walking]]
+    for k in walking.tolist():
+        while latest[k] >= lo[k] and end[latest[k]] < t[k]:
+            latest[k] -= 1
+    held = latest >= lo
+    found[held] = index[latest[held]]
     return found
+
+
+#: Steps of the outward walk taken for all the events at once (see ``innermost``).
+_VECTOR_STEPS = 16
 
 
 def _span_names(trace: RankTrace, span_mask: np.ndarray, launchers: np.ndarray,
