@@ -1,5 +1,7 @@
 """The analysis side never imports torch: it costs a second and ~190 MiB before a trace is read,
-and a machine that only analyzes traces need not have it."""
+and a machine that only analyzes traces need not have it. Nor does ``analyze`` of traces
+ddpprof did not record import the step-graph machinery that only a replay needs (``simulate``
+loads it on first use: 20 ms of every analyze)."""
 
 from __future__ import annotations
 
@@ -26,14 +28,18 @@ else:
 heavy = sorted(m for m in ("torch", "transformers", "ddpprof.variants.base", "workloads.models",
                                 "workloads.train")
                if m in sys.modules)
-print(json.dumps({"code": code, "heavy": heavy}))
+print(json.dumps({"code": code, "heavy": heavy, "graphs": "ddpprof.graph.build" in sys.modules}))
 """
 
 
-def _probe(*args: str) -> dict:
+def _probe(*args: str, graphs: bool = False) -> dict:
+    """The exit code and the heavy modules imported; the step-graph machinery must be
+    imported where ``graphs`` says (a replay), and only there."""
     result = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True,
                             text=True, timeout=120, env={"CI": "true", "PATH": "/usr/bin:/bin"})
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome.pop("graphs") == graphs, args
+    return outcome
 
 
 @pytest.fixture
@@ -86,5 +92,5 @@ def test_simulate_imports_no_torch(tmp_path):
               launch(395, 1)]
     write_trace(tmp_path / "run" / "rank0.json", events)
     outcome = _probe("simulate", str(tmp_path / "run"), "--latency-us", "10",
-                     "--bandwidth-gbps", "1")
+                     "--bandwidth-gbps", "1", graphs=True)
     assert outcome == {"code": 0, "heavy": []}

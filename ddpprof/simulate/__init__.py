@@ -17,261 +17,43 @@ unprofiled step.
 
 **What a cap applies to**: the variants whose gradients go in buckets (the registry's
 ``gradient_sync`` ``buckets`` and ``sharded_buckets``); for the others, world sizes only.
+
+The names below are loaded on first use (from ``run``, ``advice``, ...): ``analyze`` imports
+``advice`` alone, without the graph machinery a replay needs (about 20 ms of every analyze).
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from ..analysis import AnalysisOptions, analyze_run
-from ..analysis.options import REPLAYED_STEPS
-from ..analysis.results import RunResult
-from ..errors import UsageError
-from ..graph.build import join_steps
-from ..graph.contended import Tax
-from ..graph.edit import WorldSize
-from ..graph.model import CycleError, StepGraph
-from ..graph.whatif import Edit, overlap_pct
-from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
-from ..metrics.cost import CostModel, fit_cost
-from ..trace.discover import discover
-from ..variants import VariantInfo, variant_info
-from . import output, sources
-from .advice import ADVICE_CAPS_MB, cap_advice, cap_advice_for_runs
-from .output import summary_lines, to_json_document, verdict_lines
-from .results import Measured, Prediction, Simulation, best, median_error_pct
-from .sources import Costs
-from .steps import CapEdit, Step, registration_positions
+if TYPE_CHECKING:
+    from ..metrics.cost import CostModel, fit_cost
+    from .advice import ADVICE_CAPS_MB, cap_advice, cap_advice_for_runs
+    from .output import summary_lines, to_json_document, verdict_lines
+    from .results import Prediction, Simulation, best, median_error_pct
+    from .run import simulate, simulate_run
+    from .sources import Costs
+    from .steps import registration_positions
 
+#: Where each public name lives.
+_HOMES = {
+    "ADVICE_CAPS_MB": "advice", "cap_advice": "advice", "cap_advice_for_runs": "advice",
+    "CostModel": "..metrics.cost", "fit_cost": "..metrics.cost",
+    "summary_lines": "output", "to_json_document": "output", "verdict_lines": "output",
+    "Prediction": "results", "Simulation": "results", "best": "results",
+    "median_error_pct": "results", "simulate": "run", "simulate_run": "run",
+    "Costs": "sources", "registration_positions": "steps",
+}
 __all__ = ["ADVICE_CAPS_MB", "CostModel", "Costs", "Prediction", "Simulation", "best",
            "cap_advice", "cap_advice_for_runs", "fit_cost", "median_error_pct",
            "registration_positions", "simulate", "simulate_run", "summary_lines",
            "to_json_document", "verdict_lines"]
 
 
-def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] | None,
-                 bandwidth_gbps: float | None = None, latency_us: float | None = None,
-                 measured_file: Path | None = None, calibration_file: Path | None = None,
-                 ready_order: bool = False, keep_last_step: bool = False,
-                 allow_sweep: bool = True, on_note: Callable[[str], None] | None = None,
-                 edits: Sequence[Edit] = (),
-                 jobs: int | None = None, shared_cores: int | None = None) -> Simulation:
-    """``ddpprof simulate``: analyze ``run_path`` over ``analyze``'s window (the last
-    ProfilerStep dropped unless ``keep_last_step``) with its steps' graphs, and predict its
-    own configuration and every (world size, cap) combination (:func:`simulate`).
-    ``allow_sweep``: measure all-reduce on this machine when no cost model can be had
-    otherwise; ``shared_cores``: every rank shares that many cores (one CPU host)."""
-    if bandwidth_gbps is not None and (bandwidth_gbps <= 0 or (latency_us or 0) < 0):
-        raise UsageError("--bandwidth-gbps must be positive and --latency-us not negative")
-    calibration = sources.given_calibration(calibration_file)
-    run = discover([run_path])[0]
-    if run.error:
-        raise UsageError(run.error)
-    if on_note is not None:
-        for text in run.notes:    # files skipped, say
-            on_note(text)
-    if (status := effective_status(run.manifest)) in INCOMPLETE:
-        raise UsageError(f"{run.folder}: the run is {status} ({status_detail(run.manifest)}); "
-                         "simulate calibrates only from a complete run")
-    check_replayable(run.manifest, run.folder)
-    analyzed = analyze_run(run, AnalysisOptions(keep_last_step=keep_last_step,
-                                                step_graphs=True, jobs=jobs,
-                                                max_graph_steps=REPLAYED_STEPS))
-    if len(analyzed) != 1:
-        raise UsageError(f"{run.folder}: its {len(analyzed)} traces carry no rank, so they are "
-                         "not one run's ranks; give one trace, or a run folder")
-    sweep_points = output.measured_steps(measured_file, run.manifest) if measured_file else {}
-    return simulate(run_path, analyzed[0], sizes_mb, world_sizes,
-                    Costs(bandwidth_gbps, latency_us, calibration, allow_sweep,
-                          on_note=on_note), ready_order, sweep_points, tuple(edits),
-                    shared_cores=shared_cores)
-
-
-def check_replayable(manifest: RunManifest, where: object) -> None:
-    """Refuse a run of a tensor-parallel variant (``VariantInfo.tensor_parallel``): its
-    collectives go over several process groups, and the replay re-times one."""
-    variant = manifest.config.variant if manifest.config else None
-    info = variant_info(variant)
-    if info is not None and info.tensor_parallel:
-        raise UsageError(f"{where}: simulate replays the collectives of one process group; "
-                         f"{variant} communicates over several (its mesh's dimensions)")
-
-
-def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
-             world_sizes: list[int] | None, costs: Costs, ready_order: bool = False,
-             sweep_points: dict[float, float] | None = None, edits: tuple[Edit, ...] = (),
-             median_step_only: bool = False, shared_cores: int | None = None) -> Simulation:
-    """Predict the run's own configuration and every (world size, cap) combination from
-    ``run``, analyzed with its steps' graphs (``AnalysisOptions.step_graphs``).
-    ``world_sizes``: by default the run's own, 2, 4 and 8; ``[]`` the run's own only.
-    ``median_step_only``: replay the step of median recorded length alone (the findings'
-    advice), not every step. ``shared_cores``: every rank, at any world size, shares that many
-    cores (one CPU host: ``graph.edit.WorldSize.crowding``)."""
-    manifest, config = run.manifest, run.manifest.config
-    check_replayable(manifest, run_path)
-    joined, notes = join_steps({r.rank: r.graph_steps or [] for r in run.ranks})
-    graphs = [g for g in joined if _acyclic(g, notes)]
-    if not graphs:
-        raise UsageError(f"{run.folder}: nothing to replay (no analyzed step that every rank "
-                         "has" + (", whose collectives match across ranks)" if joined else ")"))
-    first = run.ranks[0]
-    world = first.world_size or (config.world_size if config else None) or len(run.ranks)
-    backend = first.backend or (config.backend if config else None)
-    variant = config.variant if config else None
-    info = variant_info(variant)
-    recorded_here = config is not None and config.nnodes == 1
-    run_tax = Tax.measured(run.overlap_tax, notes)
-    steps = [Step.of(g, run_tax) for g in graphs]
-    gradient_bytes = max(sum(g.size_bytes for g in graphs[0].gradients if g.rank == r.rank)
-                         for r in run.ranks)
-    if any(g.collectives for g in graphs):
-        model, calibration = sources.cost_model(
-            run_path, lambda: [t for s in steps for t in s.transfers], gradient_bytes, world,
-            backend, costs, notes, recorded_here)
-    else:   # nothing to cost (and nothing to re-bucket)
-        model, calibration = CostModel(0.0, math.inf, None, 0, "none: no collectives"), None
-    tax, tax_source = run_tax, "measured on the run"
-    if calibration is not None and calibration.overlap_tax is not None:
-        tax = Tax.measured(calibration.overlap_tax.tax, [])
-        tax_source = f"from the calibration (measured on {calibration.overlap_tax.run})"
-        steps = [Step.of(g, tax) for g in graphs]
-    run_level = _level(steps, model, world, backend)
-    grad_accum = (config.grad_accum if config else None) or 1
-    for step in steps:
-        step.set_level(model, world, backend, run_level)
-        step.set_gradients(manifest.buckets, grad_accum, notes)
-    if median_step_only:
-        steps = [sorted(steps, key=lambda s: s.recorded_us)[(len(steps) - 1) // 2]]
-    ratio = _overhead(manifest, notes)
-    notes.append(_scope(info, variant, bool(sizes_mb)))
-    sharded = info is not None and info.sharded
-    threads = (manifest.measured.threads_per_rank if manifest.measured else None) or 1
-
-    def resized(n: int) -> WorldSize | None:
-        return None if n == world else WorldSize(n, world, sharded, shared_cores, threads)
-
-    if shared_cores:
-        notes.append(f"world sizes: every rank shares {shared_cores} cores with the others "
-                     f"({threads} thread(s) a rank): where they outnumber them, all work slows "
-                     "in proportion")
-    else:
-        notes.append("world sizes: each rank brings its own device or cores (--shared-cores "
-                     "for ranks sharing one CPU host)")
-    single = [o.step_us for s in steps if (o := s.replay(edits, None, WorldSize(
-        1, world, sharded, shared_cores, threads), model, backend))]
-    predictions = []
-    for n, cap, recorded in _configurations(info, config.bucket_cap_mb if config else None,
-                                            sizes_mb, world_sizes, world):
-        capped = None
-        if not recorded and info is not None and cap is not None:
-            capped = CapEdit(cap, info.gradient_collective,
-                             info.gradient_sync == "sharded_buckets", ready_order)
-        outcomes = [o for s in steps
-                    if (o := s.replay(edits, capped, resized(n), model, backend))]
-        if not outcomes:
-            notes.append(f"world size {n}, cap {cap}: not predicted: the edited steps' "
-                         "dependencies make a cycle")
-            continue
-        step_us = statistics.median(o.step_us for o in outcomes) / ratio
-        buckets = [o.buckets for o in outcomes if o.buckets is not None]
-        predictions.append(Prediction(
-            variant=variant or "as recorded", world_size=n, bucket_cap_mb=cap,
-            buckets=int(statistics.median(buckets)) if buckets else 0,
-            step_ms=step_us / 1e3,
-            # exposed communication and overlap over the replayed steps as ``analyze``
-            # measures them over its window (``_measured``): per step on average, and per
-            # rank over all the steps, then the ranks' mean
-            exposed_comm_ms=statistics.fmean(o.exposed_us for o in outcomes) / ratio / 1e3,
-            overlap_pct=overlap_pct(outcomes),
-            efficiency=statistics.median(single) / ratio / (n * step_us)
-            if step_us and single else 0.0,
-            recorded=recorded))
-    predictions.sort(key=lambda p: (p.world_size, p.bucket_cap_mb is None,
-                                    p.bucket_cap_mb or 0))
-    measured = _measured(run, manifest)
-    if edits:   # the run's own row is then a prediction of something else
-        measured = Measured(None, measured.overlap_pct, measured.exposed_comm_ms)
-    simulation = Simulation(str(run_path), variant, first.path, world, [g.step for g in graphs],
-                            model, tax, tax_source, run_level, ratio, predictions, measured,
-                            edits=[e.label for e in edits], notes=list(dict.fromkeys(notes)))
-    simulation.rows = output.rows(simulation, sweep_points or {})
-    return simulation
-
-
-def _acyclic(graph: StepGraph, notes: list[str]) -> bool:
-    try:
-        graph.columns()
-    except CycleError as error:
-        notes.append(f"{graph.step}: not replayed: {error} (collectives matched inconsistently "
-                     "across ranks?)")
-        return False
-    return True
-
-
-def _level(steps: list[Step], model: CostModel, world: int, backend: str | None) -> float:
-    """The run's cost level: all its steps' recorded transfers over the model's time."""
-    transfers = [t for s in steps for t in s.transfers]
-    modelled = sum(model.time_us(t.size_bytes, world, t.kind, backend) for t in transfers)
-    measured = sum(t.time_us for t in transfers)
-    return measured / modelled if modelled > 0 and measured > 0 else 1.0
-
-
-def _overhead(manifest: RunManifest, notes: list[str]) -> float:
-    """The run's median profiled step over its median unprofiled one (1 when unknown)."""
-    overhead = manifest.throughput.profiler_overhead_ratio if manifest.throughput else None
-    if overhead is not None and overhead < 1:
-        notes.append(f"profiler overhead: measured {overhead:.3f}x: the profiled steps ran "
-                     "faster than the unprofiled ones after them (the machine's load changed); "
-                     "divided out as measured")
-    return overhead if overhead and overhead > 0 else 1.0
-
-
-def _measured(run: RunResult, manifest: RunManifest) -> Measured:
-    """The run's median unprofiled step (run.json) and, as ``analyze`` measures them over its
-    ranks, overlap % and exposed communication per step."""
-    ranks = run.ranks
-    overlaps = [r.breakdown.overlap_pct for r in ranks if r.breakdown.overlap_pct is not None]
-    return Measured(
-        step_ms=manifest.throughput.median_step_s * 1e3 if manifest.throughput
-        and manifest.throughput.median_step_s else None,
-        overlap_pct=statistics.fmean(overlaps) if overlaps else None,
-        exposed_comm_ms=statistics.fmean(r.breakdown.exposed_comm_us / 1e3 / max(r.steps, 1)
-                                         for r in ranks))
-
-
-def _configurations(info: VariantInfo | None, own_cap: float | None, caps: list[float],
-                    world_sizes: list[int] | None, world: int,
-                    ) -> Iterator[tuple[int, float | None, bool]]:
-    """(world size, cap, is the run's own) of every row: the run's own configuration at each
-    world size (a variant that is not distributed: at its own only, whichever were asked),
-    then for a bucketed variant the other caps."""
-    worlds = sorted({world, 2, 4, 8}) if world_sizes is None else world_sizes or [world]
-    if info is not None and not info.distributed:   # whatever world sizes were asked
-        worlds = [world]
-    capped = info is not None and info.gradient_sync in ("buckets", "sharded_buckets")
-    for n in worlds:
-        yield n, own_cap if capped else None, True
-        if capped and n > 1:
-            for cap in caps:
-                if cap != own_cap:
-                    yield n, cap, False
-
-
-def _scope(info: VariantInfo | None, recorded: str | None, caps_asked: bool) -> str:
-    """What is and is not modelled for the run's variant, in one line."""
-    if info is None:
-        return (f"variant {recorded or 'unknown'}: its steps are replayed as recorded; world "
-                "sizes only (no bucket cap is known to re-bucket)")
-    if not info.distributed:
-        return f"{info.name}: no collectives; its own configuration only"
-    if info.gradient_sync in ("buckets", "sharded_buckets"):
-        gathers = ("; and one all-gather per bucket after the optimizer"
-                   if info.gradient_sync == "sharded_buckets" else "")
-        collective = info.gradient_collective.replace("_", "-")
-        return (f"{info.name}: at another cap its {collective}s are re-bucketed (launched as "
-                f"their last gradient is ready, waited where it waited){gathers}")
-    return (f"{info.name}: its gradients are not bucketed, so "
-            f"{'no cap applies; ' if caps_asked else ''}world sizes only")
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home if home.startswith(".") else f".{home}",
+                                           __name__), name)

@@ -33,10 +33,13 @@ def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdv
     the half-bandwidth size α·β (in message bytes). None where neither can be had without
     measuring anything."""
     from ..findings import CapAdvice, CapReplay
-    from . import Costs, simulate
 
     if run.manifest.config is None:
         return _fitted_only(run, fallback_cost)
+    # the replay's machinery: only for a run ddpprof recorded
+    from .run import simulate
+    from .sources import Costs
+
     if any(r.graph_steps is None for r in run.ranks) or "://" in run.folder:
         return None
     config = run.manifest.config
