@@ -8,4 +8,4 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("ddpprof.trace._scan", ["ddpprof/trace/_scan.c"],
                              depends=["ddpprof/trace/_scan_intern.h"],
-                             extra_compile_args=["-O2"], optional=True)])
+                             extra_compile_args=["-O3"], optional=True)])

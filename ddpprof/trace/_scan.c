@@ -123,33 +123,53 @@ typedef struct {
 } Number;
 
 /* A number by JSON's grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+#define DIGIT(c) ((unsigned)((c) - '0') < 10u)
+
 static inline int number(Scan *s, Number *n) {
     const unsigned char *q = s->at, *end = s->end;
-    n->first = q, n->negative = 0, n->mantissa = 0, n->digits = 0, n->fraction = 0;
-    n->exponent = 0;
+    uint64_t mantissa = 0;
+    int digits = 0, fraction = 0;
+    n->first = q, n->negative = 0, n->exponent = 0, n->integer = 1;
     if (q < end && *q == '-') n->negative = 1, q++;
-    if (q >= end || *q < '0' || *q > '9') return BAIL;
+    if (q >= end || !DIGIT(*q)) return BAIL;
     if (*q == '0') {
-        q++;
-        n->digits = 1;
+        q++, digits = 1;
     } else {
-        for (; q < end && *q >= '0' && *q <= '9'; q++, n->digits++)
-            if (n->digits < 19) n->mantissa = n->mantissa * 10 + (uint64_t)(*q - '0');
+        for (; q < end && DIGIT(*q); q++, digits++)
+            if (digits < 19) mantissa = mantissa * 10 + (uint64_t)(*q - '0');
     }
-    n->integer = 1;
     if (q < end && *q == '.') {
         q++, n->integer = 0;
-        if (q >= end || *q < '0' || *q > '9') return BAIL;
-        for (; q < end && *q >= '0' && *q <= '9'; q++, n->digits++, n->fraction++)
-            if (n->digits < 19) n->mantissa = n->mantissa * 10 + (uint64_t)(*q - '0');
+        if (q >= end || !DIGIT(*q)) return BAIL;
+        for (; q < end && DIGIT(*q); q++, digits++, fraction++)
+            if (digits < 19) mantissa = mantissa * 10 + (uint64_t)(*q - '0');
     }
     if (q < end && (*q == 'e' || *q == 'E')) {
         q++, n->integer = 0, n->exponent = 1;
         if (q < end && (*q == '+' || *q == '-')) q++;
-        if (q >= end || *q < '0' || *q > '9') return BAIL;
-        while (q < end && *q >= '0' && *q <= '9') q++;
+        if (q >= end || !DIGIT(*q)) return BAIL;
+        while (q < end && DIGIT(*q)) q++;
     }
-    n->last = q;
+    n->mantissa = mantissa, n->digits = digits, n->fraction = fraction;
+    n->last = s->at = q;
+    return 0;
+}
+
+/* A number skipped: JSON's grammar checked, nothing kept. */
+static inline int skip_number(Scan *s) {
+    const unsigned char *q = s->at, *end = s->end;
+    if (q < end && *q == '-') q++;
+    if (q >= end || !DIGIT(*q)) return BAIL;
+    if (*q++ != '0') while (q < end && DIGIT(*q)) q++;
+    if (q < end && *q == '.') {
+        if (++q >= end || !DIGIT(*q)) return BAIL;
+        while (q < end && DIGIT(*q)) q++;
+    }
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        if (++q < end && (*q == '+' || *q == '-')) q++;
+        if (q >= end || !DIGIT(*q)) return BAIL;
+        while (q < end && DIGIT(*q)) q++;
+    }
     s->at = q;
     return 0;
 }
@@ -226,7 +246,6 @@ static int skip_array(Scan *s, int depth) {
 static int skip_value(Scan *s, int depth) {
     const char *text;
     Py_ssize_t size;
-    Number n;
     if (depth > MAX_DEPTH) return BAIL;
     blanks(s);
     if (s->at >= s->end) return BAIL;
@@ -237,7 +256,7 @@ static int skip_value(Scan *s, int depth) {
     case 't': return literal(s, "true", 4);
     case 'f': return literal(s, "false", 5);
     case 'n': return literal(s, "null", 4);
-    default: return number(s, &n);
+    default: return skip_number(s);
     }
 }
 

@@ -9,6 +9,7 @@ typedef struct { uint64_t hash; int32_t code; } Slot;
 typedef struct {
     Slot *slots; Py_ssize_t mask;     /* open addressing; code -1: empty */
     Text *texts; Py_ssize_t count, capacity;
+    int32_t last;                     /* the last code given: fields repeat from event to event */
 } Table;
 
 static uint64_t hash_bytes(const char *at, Py_ssize_t size) {
@@ -27,7 +28,7 @@ static uint64_t hash_bytes(const char *at, Py_ssize_t size) {
 }
 
 static int table_init(Table *t) {
-    t->mask = 255, t->count = 0, t->capacity = 64;
+    t->mask = 255, t->count = 0, t->capacity = 64, t->last = -1;
     t->slots = malloc(sizeof(Slot) * 256);
     t->texts = malloc(sizeof(Text) * 64);
     if (!t->slots || !t->texts) return FAIL;
@@ -55,6 +56,8 @@ static int table_grow(Table *t) {
 
 /* The code of text [at, at + size), added in order of first appearance. */
 static int32_t intern(Table *t, const char *at, Py_ssize_t size) {
+    if (t->last >= 0 && t->texts[t->last].size == size
+            && memcmp(t->texts[t->last].at, at, (size_t)size) == 0) return t->last;
     uint64_t h = hash_bytes(at, size);
     Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)t->mask);
     for (;;) {
@@ -62,7 +65,8 @@ static int32_t intern(Table *t, const char *at, Py_ssize_t size) {
         if (slot->code < 0) break;
         if (slot->hash == h) {
             Text *seen = &t->texts[slot->code];
-            if (seen->size == size && memcmp(seen->at, at, (size_t)size) == 0) return slot->code;
+            if (seen->size == size && memcmp(seen->at, at, (size_t)size) == 0)
+                return t->last = slot->code;
         }
         j = (j + 1) & t->mask;
     }
@@ -75,7 +79,7 @@ static int32_t intern(Table *t, const char *at, Py_ssize_t size) {
     t->texts[code] = (Text){at, size};
     t->slots[j] = (Slot){h, code};
     if (t->count * 2 > t->mask && table_grow(t) < 0) return FAIL;
-    return code;
+    return t->last = code;
 }
 
 static PyObject *table_list(Table *t) {
