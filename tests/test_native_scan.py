@@ -269,3 +269,30 @@ def test_every_fixture_loads_the_same_both_ways(path):
             assert value.dtype == other.dtype and value.tobytes() == other.tobytes(), key
         else:
             assert value == other, key
+
+
+def test_without_the_extension_the_python_decoder_reads_everything(tmp_path):
+    """An install without a C compiler has no ``_scan``: ddpprof still loads (the import of
+    ``scanned`` does not fail) and every slice takes the Python way, to the same columns."""
+    import subprocess
+    import sys
+
+    trace = FIXTURES / "hta-gpu" / "nccl-data" / "rank-0.json.gz"
+    script = f"""
+import importlib.abc, json, sys
+class NoScan(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "ddpprof.trace._scan":
+            raise ImportError("built without a C compiler")
+sys.meta_path.insert(0, NoScan())
+from ddpprof.trace import scanned
+from ddpprof.trace.loader import load
+trace = load({str(trace)!r})
+print(json.dumps([scanned.AVAILABLE, trace.n_events, float(trace.start_us.sum()),
+                  trace.names[:3]]))
+"""
+    found = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True,
+                                      text=True, check=True).stdout)
+    native = load(trace)
+    cache.clear()
+    assert found == [False, native.n_events, float(native.start_us.sum()), native.names[:3]]
