@@ -25,6 +25,8 @@ from .events import CommArgs
 
 #: ``ph`` values of events with a duration; legacy traces may omit ``ph`` altogether.
 _COMPLETE = frozenset({"X", None})
+#: The category of the profiler's own span over the whole trace: not an event of the job.
+PROFILER_SPAN = "Trace"
 _PARTS = ("ts", "dur", "name", "category", "pid", "tid", "stream", "correlation",
           "has_correlation", "external_id")
 
@@ -71,15 +73,12 @@ class Columns:
         if "M" in phase_table:
             self.read_thread_names(list(compress(events, (phase_code == phase_table["M"])
                                                  .tolist())))
-        # Complete events with a start and a duration; the profiler's own "Trace" span,
-        # metadata, instants, counters and flow arrows go before they cost anything more.
-        complete = np.isin(phase_code, [phase_table[p] for p in _COMPLETE if p in phase_table])
-        has_times = ~np.isnan(ts) & ~np.isnan(dur)
-        keep = complete & has_times
-        if "Trace" in categories:
-            keep &= np.array([c != "Trace" for c in categories], dtype=bool)
-        if "X" in phase_table:
-            self.dropped += int(np.count_nonzero((phase_code == phase_table["X"]) & ~has_times))
+        # metadata, instants, counters and flow arrows go before they cost anything more
+        keep = self.kept(
+            np.isin(phase_code, [phase_table[p] for p in _COMPLETE if p in phase_table]),
+            phase_code == phase_table.get("X", -1), ts, dur,
+            np.array([c == PROFILER_SPAN for c in categories], dtype=bool)
+            if PROFILER_SPAN in categories else None)
         if not keep.all():
             kept = keep.tolist()
             events = list(compress(events, kept))
@@ -114,6 +113,17 @@ class Columns:
             "has_correlation": has_correlation,
             "external_id": ids(external_ids)[0],
         })
+
+    def kept(self, complete: np.ndarray, declared_complete: np.ndarray, ts: np.ndarray,
+             dur: np.ndarray, profiler_span: np.ndarray | None) -> np.ndarray:
+        """Which events of a run are kept: complete ones (``complete``: ``ph`` "X" or none)
+        with a start and a duration (NaN: none), but the profiler's own span
+        (``profiler_span``: category "Trace"; None: no such event). Those that declare
+        themselves complete (``ph: X``) without a start or a duration are counted as dropped."""
+        has_times = ~np.isnan(ts) & ~np.isnan(dur)
+        self.dropped += int(np.count_nonzero(declared_complete & ~has_times))
+        keep = complete & has_times
+        return keep if profiler_span is None else keep & ~profiler_span
 
     def note_times(self, ts: np.ndarray) -> None:
         """The range of the run's timestamps (NaN: absent), kept or not."""
@@ -232,7 +242,7 @@ def _id(value: Any) -> int | None:
     return number - 2**64 if number >= 2**63 else number
 
 
-def ids(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+def ids(values: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ids, present) columns; -1 and False where an id is absent, negative or not a number."""
     try:
         column = np.array(values, dtype=np.int64)
@@ -244,7 +254,7 @@ def ids(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     return np.where(present, column, -1), present
 
 
-def streams(values: list[Any]) -> np.ndarray:
+def streams(values: Sequence[Any] | np.ndarray) -> np.ndarray:
     """``args.stream`` as HTA reads it: ``int(value)``; -1 where that fails, is negative, or
     is beyond int64 (no device has such a stream)."""
     try:

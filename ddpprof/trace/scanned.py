@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .columns import Columns, intern
+from .columns import PROFILER_SPAN, Columns, ids, intern, streams
 from .decode_events import ABSENT, Args, Event
 
 _Scanned = tuple[int, tuple[bytes, ...], list[bytes], list[bytes], list[bytes], list[bytes]]
@@ -64,22 +64,17 @@ def add_scanned(columns: Columns, run: bytes | bytearray) -> bool:
 
 def _add(columns: Columns, run: bytes | bytearray, scanned: dict[str, np.ndarray],
          phases: list[str], categories: list[str | None], names: list[str],
-         ids: list[int | str]) -> None:
+         pid_tid_values: list[int | str]) -> None:
     ts, dur, phase = scanned["ts"], scanned["dur"], scanned["ph"]
     columns.note_times(ts)
     if "M" in phases:
         metadata = np.flatnonzero(phase == phases.index("M"))
         columns.read_thread_names(_decoded(run, scanned, metadata))
-    has_times = ~np.isnan(ts) & ~np.isnan(dur)
-    # complete events (ph "X", or none) with a start and a duration, but the profiler's own
-    complete = phase == -1
-    if "X" in phases:
-        complete |= phase == phases.index("X")
-        columns.dropped += int(np.count_nonzero((phase == phases.index("X")) & ~has_times))
-    keep = complete & has_times
     category = scanned["cat"] + 1                  # 0: None
-    if "Trace" in categories:
-        keep &= category != categories.index("Trace")
+    x = phases.index("X") if "X" in phases else -2        # (-2: no event's code)
+    keep = columns.kept((phase == -1) | (phase == x), phase == x, ts, dur,
+                        category == categories.index(PROFILER_SPAN)
+                        if PROFILER_SPAN in categories else None)
     if not keep.all():
         scanned = {key: values[keep] for key, values in scanned.items()}
         category = category[keep]
@@ -92,8 +87,7 @@ def _add(columns: Columns, run: bytes | bytearray, scanned: dict[str, np.ndarray
     external = scanned["external_id"]
     if np.any(scanned["old_external_id"] != ABSENT):       # legacy traces
         external = np.where(external == ABSENT, scanned["old_external_id"], external)
-    correlation = scanned["correlation"]
-    stream = scanned["stream"]
+    correlation, has_correlation = ids(scanned["correlation"])
     collective = (scanned["flags"] & _HAS_COLLECTIVE).astype(bool)
     rows = np.flatnonzero(columns.argument_rows(name_code) | collective)
     args: dict[int, Args] = dict(zip(rows.tolist(), (e.args for e in _decoded(
@@ -105,12 +99,10 @@ def _add(columns: Columns, run: bytes | bytearray, scanned: dict[str, np.ndarray
     columns.append({
         "ts": scanned["ts"], "dur": scanned["dur"], "name": name_code,
         "category": _interned(columns.categories, category, categories),
-        "pid": _interned(columns.pids, scanned["pid"], ids),
-        "tid": _interned(columns.tids, scanned["tid"], ids),
-        "stream": np.where(stream >= 0, stream, -1),
-        "correlation": np.where(correlation >= 0, correlation, -1),
-        "has_correlation": correlation >= 0,
-        "external_id": np.where(external >= 0, external, -1),
+        "pid": _interned(columns.pids, scanned["pid"], pid_tid_values),
+        "tid": _interned(columns.tids, scanned["tid"], pid_tid_values),
+        "stream": streams(scanned["stream"]), "correlation": correlation,
+        "has_correlation": has_correlation, "external_id": ids(external)[0],
     })
 
 
