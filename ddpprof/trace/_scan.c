@@ -211,23 +211,40 @@ static inline int literal(Scan *s, const char *word, Py_ssize_t size) {
     return 0;
 }
 
+/* Objects, member by member: ``object_opens`` at the '{' (1: the object was empty, and is
+ * passed); then for each member ``object_key`` (its key and colon) and its value; then
+ * ``object_next``: 0 where another member follows, 1 where the object ended (passed). */
+static inline int object_opens(Scan *s) {
+    s->at++;
+    blanks(s);
+    if (s->at < s->end && *s->at == '}') { s->at++; return 1; }
+    return 0;
+}
+
+static inline int object_key(Scan *s, const char **key, Py_ssize_t *size) {
+    blanks(s);
+    if (s->at >= s->end || *s->at != '"' || string(s, key, size) < 0) return BAIL;
+    return expect(s, ':');
+}
+
+static inline int object_next(Scan *s) {
+    blanks(s);
+    if (s->at >= s->end) return BAIL;
+    if (*s->at == '}') { s->at++; return 1; }
+    return *s->at++ == ',' ? 0 : BAIL;
+}
+
 static int skip_value(Scan *s, int depth);
 
 static int skip_object(Scan *s, int depth) {
     const char *key;
     Py_ssize_t size;
-    s->at++;
-    blanks(s);
-    if (s->at < s->end && *s->at == '}') { s->at++; return 0; }
-    for (;;) {
-        blanks(s);
-        if (s->at >= s->end || *s->at != '"' || string(s, &key, &size) < 0) return BAIL;
-        if (expect(s, ':') < 0 || skip_value(s, depth + 1) < 0) return BAIL;
-        blanks(s);
-        if (s->at >= s->end) return BAIL;
-        if (*s->at == '}') { s->at++; return 0; }
-        if (*s->at++ != ',') return BAIL;
+    int next = object_opens(s);
+    while (next == 0) {
+        if (object_key(s, &key, &size) < 0 || skip_value(s, depth + 1) < 0) return BAIL;
+        next = object_next(s);
     }
+    return next < 0 ? BAIL : 0;
 }
 
 static int skip_array(Scan *s, int depth) {
@@ -310,13 +327,9 @@ static int args_field(Scan *s, Py_ssize_t i) {
     unsigned seen = 0, bit;
     blanks(s);
     if (s->at >= s->end || *s->at != '{') return BAIL;
-    s->at++;
-    blanks(s);
-    if (s->at < s->end && *s->at == '}') { s->at++; return 0; }
-    for (;;) {
-        blanks(s);
-        if (s->at >= s->end || *s->at != '"' || string(s, &key, &size) < 0) return BAIL;
-        if (expect(s, ':') < 0) return BAIL;
+    int next = object_opens(s);
+    while (next == 0) {
+        if (object_key(s, &key, &size) < 0) return BAIL;
         int done;
         if (KEY_IS("External id")) bit = 1, done = int_argument(s, &c->external_id[i]);
         else if (KEY_IS("stream")) bit = 2, done = int_argument(s, &c->stream[i]);
@@ -329,11 +342,9 @@ static int args_field(Scan *s, Py_ssize_t i) {
         }
         if (done < 0 || (seen & bit)) return BAIL;
         seen |= bit;
-        blanks(s);
-        if (s->at >= s->end) return BAIL;
-        if (*s->at == '}') { s->at++; return 0; }
-        if (*s->at++ != ',') return BAIL;
+        next = object_next(s);
     }
+    return next < 0 ? BAIL : 0;
 }
 
 static int time_field(Scan *s, double *value, int *is_float) {
@@ -365,13 +376,9 @@ static int event(Scan *s) {
     c->stream[i] = c->correlation[i] = c->external_id[i] = c->old_external_id[i] = ABSENT;
     c->ts[i] = c->dur[i] = Py_NAN;
     c->flags[i] = 0;
-    s->at++;
-    blanks(s);
-    if (s->at < s->end && *s->at == '}') goto closed;
-    for (;;) {
-        blanks(s);
-        if (s->at >= s->end || *s->at != '"' || string(s, &key, &size) < 0) return BAIL;
-        if (expect(s, ':') < 0) return BAIL;
+    int next = object_opens(s);
+    while (next == 0) {
+        if (object_key(s, &key, &size) < 0) return BAIL;
         int done;
         if (KEY_IS("ph")) bit = 1, done = text_field(s, &s->ph, 1, &c->ph[i]);
         else if (KEY_IS("cat")) bit = 2, done = text_field(s, &s->cat, 1, &c->cat[i]);
@@ -385,17 +392,13 @@ static int event(Scan *s) {
         if (done < 0) return done;
         if (seen & bit) return BAIL;
         seen |= bit;
-        blanks(s);
-        if (s->at >= s->end) return BAIL;
-        if (*s->at == '}') break;
-        if (*s->at++ != ',') return BAIL;
+        next = object_next(s);
     }
-closed:
+    if (next < 0) return BAIL;
     /* the defaults of absent fields: name "", pid and tid 0 */
     if (!(seen & 4) && (c->name[i] = intern(&s->name, "", 0)) < 0) return FAIL;
     if (!(seen & 8) && (c->pid[i] = intern(&s->ids, "0", 1)) < 0) return FAIL;
     if (!(seen & 16) && (c->tid[i] = intern(&s->ids, "0", 1)) < 0) return FAIL;
-    s->at++;
     c->end[i] = s->at - s->base;
     if (ts_float) c->flags[i] |= F_TS_FLOAT;
     return 0;
