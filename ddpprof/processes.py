@@ -103,6 +103,14 @@ def child_pids(parent: int) -> list[int]:
     return children
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, as ``taskset`` or a container sets
+    it), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def import_numpy_with_one_blas_thread() -> None:
     """Import numpy with OpenBLAS held to one thread, unless numpy is already imported or the
     user set ``OPENBLAS_NUM_THREADS``. OpenBLAS's idle threads spin on a core for a while after

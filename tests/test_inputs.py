@@ -20,8 +20,9 @@ from ddpprof.analysis import AnalysisOptions, LastStep, analyze_paths
 from ddpprof.analysis.options import REPLAYED_STEPS
 from ddpprof.cli import main
 from ddpprof.metrics import intervals as iv
-from ddpprof.simulate import simulate_run, to_json_document
 from ddpprof.simulate.advice import cap_advice_for_runs
+from ddpprof.simulate.output import to_json_document
+from ddpprof.simulate.run import simulate_run
 
 FLOAT = {"Input type": ["float"]}
 MANIFEST = {"schema_version": 3, "status": "complete", "config": {

@@ -1,7 +1,7 @@
 """The analysis side never imports torch: it costs a second and ~190 MiB before a trace is read,
 and a machine that only analyzes traces need not have it. Nor does ``analyze`` of traces
-ddpprof did not record import the step-graph machinery that only a replay needs (``simulate``
-loads it on first use: 20 ms of every analyze)."""
+ddpprof did not record import the step-graph machinery that only a replay needs (``simulate.run``
+is imported where a replay is made: 20 ms of every analyze)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ from ddpprof.graph.whatif import replay_edited
 from ddpprof.manifest import BucketRecord
 from ddpprof.metrics.cost import CostModel, fit_cost, measured_curve, traffic_bytes
 from ddpprof.metrics.tax import OverlapTax, TaxRow
-from ddpprof.simulate import registration_positions, simulate_run
+from ddpprof.simulate.run import simulate_run
+from ddpprof.simulate.steps import registration_positions
 from ddpprof.trace.discover import discover
 from ddpprof.variants import VARIANTS
 from ddpprof.variants.bucketing import assign_buckets

@@ -14,7 +14,7 @@ from torch import nn
 from ddpprof.graph.edit import RankGradients, buckets_of
 from ddpprof.graph.model import Gradient, Node, NodeKind, StepGraph
 from ddpprof.manifest import BucketRecord
-from ddpprof.simulate import registration_positions
+from ddpprof.simulate.steps import registration_positions
 from ddpprof.units import MIB
 from ddpprof.variants import VARIANTS, VARIANTS_IN_ALL, make_variant, variant_class
 from ddpprof.variants.bucket_ddp_async import BucketDDPAsync

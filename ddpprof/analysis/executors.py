@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..processes import die_with_parent
+from ..processes import die_with_parent, usable_cores
 from ..trace import io
 
 #: How long a Dask analysis waits with no worker left before it gives up, rather than hang.
@@ -94,14 +94,6 @@ class LocalExecutor:
                 if on_done:
                     on_done(done, len(items))
         return results
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity, as ``taskset`` or a container sets
-    it), else the machine's."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
 
 
 #: What one rank's analysis needs besides its trace: the interpreter, numpy and the code.

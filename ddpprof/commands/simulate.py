@@ -17,9 +17,9 @@ def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int
              calibration: Path | None, bandwidth_gbps: float | None, latency_us: float | None,
              shared_cores: int | None, ready_order: bool, measured: Path | None,
              keep_last_step: bool, outputs: Outputs) -> Output:
-    from .. import simulate as sim
     from ..graph.whatif import parse_edits
-    from ..simulate.output import COLUMNS
+    from ..simulate import output as sim_output
+    from ..simulate.run import simulate_run
 
     edits = parse_edits(faster, faster_network, rank_delay)
 
@@ -34,17 +34,17 @@ def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int
     def note(text: str) -> None:
         print(terminal_text(f"simulate: {text}"), file=sys.stderr, flush=True)
 
-    result = sim.simulate_run(run_path, bucket_caps_mib, world_sizes or None, bandwidth_gbps,
+    result = simulate_run(run_path, bucket_caps_mib, world_sizes or None, bandwidth_gbps,
                               latency_us, measured, calibration, ready_order, keep_last_step,
                               on_note=note, edits=edits, shared_cores=shared_cores)
-    summary = sim.summary_lines(result)
-    table = Table(COLUMNS, result.rows)
+    summary = sim_output.summary_lines(result)
+    table = Table(sim_output.COLUMNS, result.rows)
 
     def page() -> str:
         from ..report.pages import simulate_page
 
         return simulate_page(result, summary, table)
 
-    return Output(sim.to_json_document(result), [table],
-                  [Section(None, sim.verdict_lines(result))],
+    return Output(sim_output.to_json_document(result), [table],
+                  [Section(None, sim_output.verdict_lines(result))],
                   intro=summary, page=page, page_name="simulate", title="ddpprof simulate")

@@ -26,7 +26,6 @@ replacement (a fixed seed: the same trace gives the same interval).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..errors import UsageError
+from ..processes import usable_cores
 from ..units import KIB, MIB
 from . import intervals as iv
 from .comm import CollectiveCalls
@@ -169,8 +169,7 @@ def _parts(ranks: list[tuple[RankTaxSamples, CollectiveCalls, np.ndarray]],
 def default_threads() -> int:
     """The fits' threads: the cores this process may run on, at most 4 (their least squares
     and eigendecompositions leave the interpreter's lock)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(4, cores or 1)
+    return min(4, usable_cores())
 
 
 _THREADS = default_threads()
@@ -223,17 +222,12 @@ def _joined(parts: list[Any]) -> tuple[np.ndarray, ...]:
         nothing = np.empty(0, dtype=np.int64)
         return nothing, nothing, nothing, np.empty(0), np.empty((0, len(SIZE_LABELS)))
     rank = np.concatenate([np.full(len(p[4]), p[0], dtype=np.int64) for p in parts])
-    key = _ids(rank, np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]))
-    cluster = _ids(rank, np.concatenate([np.asarray(p[2], dtype=np.int64) for p in parts]))
+    key = row_ids(rank, np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]))
+    cluster = row_ids(rank, np.concatenate([np.asarray(p[2], dtype=np.int64) for p in parts]))
     group = np.concatenate([np.asarray(p[3], dtype=np.int64) for p in parts])
     log_duration = np.concatenate([p[4] for p in parts])
     shares = np.concatenate([p[5] for p in parts])
     return key, cluster, group, log_duration, shares
-
-
-def _ids(rank: np.ndarray, value: np.ndarray) -> np.ndarray:
-    """One id per distinct (rank, value) pair."""
-    return row_ids(rank, value)
 
 
 def _compute_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
@@ -242,13 +236,13 @@ def _compute_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
     # the ops that tell each step's load, whatever their class; they tell no class's tax
     chosen = _reference(everything, _varying(_pooled(everything)))
     reference = Samples(log_duration[chosen], key[chosen], cluster[chosen],
-                         np.zeros_like(shares[chosen]))
+                        np.zeros_like(shares[chosen]))
+    pooled_reference = _pooled(reference)
     rows: list[Callable[[], TaxRow]] = []
     for position, name in [(-1, ALL), *enumerate(WORK_CLASSES)]:
         mine = work_class == position if position >= 0 else np.ones(key.size, dtype=bool)
         samples = everything.subset(mine)
-        rows.append(partial(_row, "compute", name, ALL, _pooled(samples), 0,
-                            _pooled(reference)))
+        rows.append(partial(_row, "compute", name, ALL, _pooled(samples), 0, pooled_reference))
         for size, label in enumerate(SIZE_LABELS):
             if samples.shares[:, size].any():
                 rows.append(partial(_row, "compute", name, label, samples, size, reference))
@@ -258,7 +252,7 @@ def _compute_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
 def _pooled(samples: Samples) -> Samples:
     """The samples with one share: beside any collective."""
     return Samples(samples.log_duration, samples.key, samples.cluster,
-                    np.minimum(samples.shares.sum(axis=1, keepdims=True), 1.0))
+                   np.minimum(samples.shares.sum(axis=1, keepdims=True), 1.0))
 
 
 def _comm_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
@@ -268,7 +262,7 @@ def _comm_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
     if not parts or not sum(len(p[1]) for p in parts):
         return [partial(TaxRow, "communication", ALL, ALL, None, None, None, 0, 0, 0)]
     rank = np.concatenate([np.full(len(p[1]), p[0], dtype=np.int64) for p in parts])
-    cluster = _ids(rank, np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]))
+    cluster = row_ids(rank, np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]))
     bins = np.concatenate([p[2] for p in parts])
     log_time = np.concatenate([p[3] for p in parts])
     beside = np.concatenate([p[4] for p in parts])
@@ -280,7 +274,7 @@ def _comm_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
                         int(beside.size))]
     # one key for all: the alone curve stands for "the same size alone"
     samples = Samples(log_time - np.log(expected), np.zeros(beside.size, dtype=np.int64),
-                       cluster, beside[:, None])
+                      cluster, beside[:, None])
     rows: list[Callable[[], TaxRow]] = [partial(_row, "communication", ALL, ALL, samples, 0)]
     for size, label in enumerate(SIZE_LABELS):
         if (bins == size).any():

@@ -169,11 +169,11 @@ def validate(recording: Recording) -> None:
         if nproc > gpus:
             raise UsageError(f"--backend nccl needs one GPU per rank: --nproc {nproc}, "
                              f"but {gpus} CUDA GPU(s) are visible")
-    elif nproc > MAX_RANKS_PER_CORE * usable_cores() and any(
+    elif nproc > MAX_RANKS_PER_CORE * processes.usable_cores() and any(
             VARIANTS[v].distributed for v in recording.variants):
         raise UsageError(f"--nproc {nproc}: more than {MAX_RANKS_PER_CORE} CPU ranks per core "
-                         f"({usable_cores()} cores usable here); such a run measures only the "
-                         "contention")
+                         f"({processes.usable_cores()} cores usable here); such a run "
+                         "measures only the contention")
 
 
 def check_tensor_parallel(run: RunConfig) -> None:
@@ -205,13 +205,8 @@ def torchrun_command(config: Launch, run_dir: Path, rdzv_id: str,
     return [*command, "-m", worker, str(run_dir / config_file)]
 
 
-def usable_cores() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return cores or 1
-
-
 def threads_per_rank(nproc: int) -> int:
-    return max(1, usable_cores() // nproc)
+    return max(1, processes.usable_cores() // nproc)
 
 
 def record(recording: Recording) -> list[RunOutcome]:

@@ -18,42 +18,6 @@ unprofiled step.
 **What a cap applies to**: the variants whose gradients go in buckets (the registry's
 ``gradient_sync`` ``buckets`` and ``sharded_buckets``); for the others, world sizes only.
 
-The names below are loaded on first use (from ``run``, ``advice``, ...): ``analyze`` imports
-``advice`` alone, without the graph machinery a replay needs (about 20 ms of every analyze).
+The modules are imported where they are used, not here: ``analyze`` imports ``advice``
+alone, without the graph machinery a replay needs (about 20 ms of every analyze).
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ..metrics.cost import CostModel, fit_cost
-    from .advice import ADVICE_CAPS_MB, cap_advice, cap_advice_for_runs
-    from .output import summary_lines, to_json_document, verdict_lines
-    from .results import Prediction, Simulation, best, median_error_pct
-    from .run import simulate, simulate_run
-    from .sources import Costs
-    from .steps import registration_positions
-
-#: Where each public name lives.
-_HOMES = {
-    "ADVICE_CAPS_MB": "advice", "cap_advice": "advice", "cap_advice_for_runs": "advice",
-    "CostModel": "..metrics.cost", "fit_cost": "..metrics.cost",
-    "summary_lines": "output", "to_json_document": "output", "verdict_lines": "output",
-    "Prediction": "results", "Simulation": "results", "best": "results",
-    "median_error_pct": "results", "simulate": "run", "simulate_run": "run",
-    "Costs": "sources", "registration_positions": "steps",
-}
-__all__ = ["ADVICE_CAPS_MB", "CostModel", "Costs", "Prediction", "Simulation", "best",
-           "cap_advice", "cap_advice_for_runs", "fit_cost", "median_error_pct",
-           "registration_positions", "simulate", "simulate_run", "summary_lines",
-           "to_json_document", "verdict_lines"]
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home if home.startswith(".") else f".{home}",
-                                           __name__), name)
