@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -140,7 +139,7 @@ class RunFolder:
         mode = self.kind(name)
         if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
             raise OSError(errno.EEXIST, "exists and is not a regular file", str(self.path / name))
-        temporary = f".tmp-{os.getpid()}-{secrets.token_hex(4)}-{name}"
+        temporary = f".tmp-{os.getpid()}-{os.urandom(4).hex()}-{name}"
         descriptor = os.open(temporary, _NEW_FILE_FLAGS, 0o666, dir_fd=self.fd)
         try:
             with os.fdopen(descriptor, "wb") as stream:

@@ -265,7 +265,7 @@ def test_the_fit_from_cluster_sums_equals_least_squares_on_the_samples(seed, clu
         fit.clusters, np.full(fit.clusters, 1 / fit.clusters), size=20)]).astype(float)
     _, cluster_id = np.unique(cluster, return_inverse=True)
     for column in range(columns):
-        found = fit.gammas(draws, column)
+        found = fit.gammas(draws, [column])[0]
         for drawn, gamma in zip(draws, found, strict=True):
             expected = _reference_gamma(log_duration, key, cluster, shares,
                                         drawn[cluster_id], column)

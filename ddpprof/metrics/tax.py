@@ -175,13 +175,13 @@ def default_threads() -> int:
 _THREADS = default_threads()
 
 
-def _run(rows: list[Callable[[], TaxRow]]) -> list[TaxRow]:
-    """Each row's fit, on :data:`_THREADS` threads. The caller holds BLAS to one thread: so
-    that the figures do not depend on the number of cores (a BLAS product cut across threads
-    rounds differently), and because BLAS's own threads, on matrices this small, only get in
-    the way of these."""
+def _run(rows: list[Callable[[], list[TaxRow]]]) -> list[TaxRow]:
+    """Each fit's rows, in order, the fits on :data:`_THREADS` threads. The caller holds BLAS
+    to one thread: so that the figures do not depend on the number of cores (a BLAS product
+    cut across threads rounds differently), and because BLAS's own threads, on matrices this
+    small, only get in the way of these."""
     with ThreadPoolExecutor(_THREADS) as pool:
-        return [done.result() for done in [pool.submit(row) for row in rows]]
+        return [row for done in [pool.submit(fit) for fit in rows] for row in done.result()]
 
 
 def shared_time(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -230,7 +230,7 @@ def _joined(parts: list[Any]) -> tuple[np.ndarray, ...]:
     return key, cluster, group, log_duration, shares
 
 
-def _compute_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
+def _compute_rows(parts: list[Any]) -> list[Callable[[], list[TaxRow]]]:
     key, cluster, work_class, log_duration, shares = _joined(parts)
     everything = Samples(log_duration, key, cluster, shares)
     # the ops that tell each step's load, whatever their class; they tell no class's tax
@@ -238,14 +238,17 @@ def _compute_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
     reference = Samples(log_duration[chosen], key[chosen], cluster[chosen],
                         np.zeros_like(shares[chosen]))
     pooled_reference = _pooled(reference)
-    rows: list[Callable[[], TaxRow]] = []
+    rows: list[Callable[[], list[TaxRow]]] = []
     for position, name in [(-1, ALL), *enumerate(WORK_CLASSES)]:
         mine = work_class == position if position >= 0 else np.ones(key.size, dtype=bool)
         samples = everything.subset(mine)
-        rows.append(partial(_row, "compute", name, ALL, _pooled(samples), 0, pooled_reference))
-        for size, label in enumerate(SIZE_LABELS):
-            if samples.shares[:, size].any():
-                rows.append(partial(_row, "compute", name, label, samples, size, reference))
+        rows.append(partial(_rows, "compute", name, [(ALL, 0)], _pooled(samples),
+                            pooled_reference))
+        # the size classes share one fit: one column each
+        sizes = [(label, size) for size, label in enumerate(SIZE_LABELS)
+                 if samples.shares[:, size].any()]
+        if sizes:
+            rows.append(partial(_rows, "compute", name, sizes, samples, reference))
     return rows
 
 
@@ -255,12 +258,12 @@ def _pooled(samples: Samples) -> Samples:
                    np.minimum(samples.shares.sum(axis=1, keepdims=True), 1.0))
 
 
-def _comm_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
+def _comm_rows(parts: list[Any]) -> list[Callable[[], list[TaxRow]]]:
     """The communication tax: each collective's transfer against what the run's collectives
     that ran mostly alone take for its traffic (their α–β fit, ``metrics.cost``; with one
     size, in proportion to the bytes)."""
     if not parts or not sum(len(p[1]) for p in parts):
-        return [partial(TaxRow, "communication", ALL, ALL, None, None, None, 0, 0, 0)]
+        return [partial(_no_tax, ALL, 0)]
     rank = np.concatenate([np.full(len(p[1]), p[0], dtype=np.int64) for p in parts])
     cluster = row_ids(rank, np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]))
     bins = np.concatenate([p[2] for p in parts])
@@ -270,17 +273,21 @@ def _comm_rows(parts: list[Any]) -> list[Callable[[], TaxRow]]:
     alone = beside < OVERLAPPED
     expected = _alone_time(traffic, np.exp(log_time), alone)
     if expected is None:
-        return [partial(TaxRow, "communication", ALL, ALL, None, None, None, 0, 0,
-                        int(beside.size))]
+        return [partial(_no_tax, ALL, int(beside.size))]
     # one key for all: the alone curve stands for "the same size alone"
     samples = Samples(log_time - np.log(expected), np.zeros(beside.size, dtype=np.int64),
                       cluster, beside[:, None])
-    rows: list[Callable[[], TaxRow]] = [partial(_row, "communication", ALL, ALL, samples, 0)]
+    rows: list[Callable[[], list[TaxRow]]] = [
+        partial(_rows, "communication", ALL, [(ALL, 0)], samples)]
     for size, label in enumerate(SIZE_LABELS):
         if (bins == size).any():
-            rows.append(partial(_row, "communication", ALL, label, samples.subset(bins == size),
-                                0))
+            rows.append(partial(_rows, "communication", ALL, [(label, 0)],
+                                samples.subset(bins == size)))
     return rows
+
+
+def _no_tax(size: str, overlapped: int) -> list[TaxRow]:
+    return [TaxRow("communication", ALL, size, None, None, None, 0, 0, overlapped)]
 
 
 def _alone_time(traffic: np.ndarray, time: np.ndarray, alone: np.ndarray
@@ -296,11 +303,11 @@ def _alone_time(traffic: np.ndarray, time: np.ndarray, alone: np.ndarray
         return traffic * float(time[alone].sum() / traffic[alone].sum())
 
 
-def _row(side: str, work_class: str, size: str, samples: Samples, column: int,
-         reference: Samples | None = None) -> TaxRow:
-    """The tax of column ``column`` of ``samples.shares``, its interval and its support; the
-    load of each (rank, step) told by ``reference`` (by default the samples' own other
-    keys)."""
+def _rows(side: str, work_class: str, sizes: list[tuple[str, int]], samples: Samples,
+          reference: Samples | None = None) -> list[TaxRow]:
+    """The tax of each size class ``(label, column of samples.shares)`` of ``sizes``, its
+    interval and its support, from one fit; the load of each (rank, step) told by
+    ``reference`` (by default the samples' own other keys)."""
     varying = _varying(samples)
     total = np.minimum(samples.shares.sum(axis=1), 1.0)
     keys = int(np.unique(samples.key[varying]).size)
@@ -313,11 +320,14 @@ def _row(side: str, work_class: str, size: str, samples: Samples, column: int,
         (told.log_duration, told.key, told.cluster, told.shares),
         (reference.log_duration, reference.key, reference.cluster, reference.shares),
         strict=True)))))
-    gamma = fit.gamma(column) if keys else None
-    if gamma is None:
-        return TaxRow(side, work_class, size, None, None, None, keys, alone, overlapped)
-    low, high = fit.interval(column)
-    return TaxRow(side, work_class, size, _pct(gamma), low, high, keys, alone, overlapped)
+    columns = [column for _, column in sizes]
+    gammas = fit.gamma(columns) if keys else [None] * len(columns)
+    estimated = [column for column, gamma in zip(columns, gammas, strict=True)
+                 if gamma is not None]
+    intervals = dict(zip(estimated, fit.interval(estimated), strict=True))
+    return [TaxRow(side, work_class, size, None if gamma is None else _pct(gamma),
+                   *intervals.get(column, (None, None)), keys, alone, overlapped)
+            for (size, column), gamma in zip(sizes, gammas, strict=True)]
 
 
 def _bounded(samples: Samples) -> Samples:

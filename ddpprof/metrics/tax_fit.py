@@ -5,6 +5,7 @@ numpy; defined in ``docs/metrics.md``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,13 +95,14 @@ class Fit:
         self.cell_count = np.zeros((self.keys, self.clusters))        # n_kc
         np.add.at(self.cell_count, (key, cluster), 1.0)
 
-    def gammas(self, cluster_weight: np.ndarray, column: int) -> np.ndarray:
-        """γ of ``column`` for each row of cluster weights (``(refits, clusters)``); NaN
-        where that column does not vary within any key or the loads explain it."""
+    def gammas(self, cluster_weight: np.ndarray, columns: Sequence[int]) -> np.ndarray:
+        """γ of each of ``columns`` (``(columns, refits)``) for each row of cluster weights
+        (``(refits, clusters)``); NaN where that column does not vary within any key or the
+        loads explain it. The columns share one solve per refit."""
         refits = cluster_weight.shape[0]
         width = self.cell_sum.shape[2]
         if self.size < 2:
-            return np.full(refits, np.nan)
+            return np.full((len(columns), refits), np.nan)
         moments = (cluster_weight @ self.cross).reshape(refits, width, width)
         # refits in chunks, so the (refit, key, column) sums stay a few MB
         chunk = max(1, 2_000_000 // max(self.keys * width, 1))
@@ -114,7 +116,7 @@ class Fit:
         design = width - 1
         gram = moments[:, :design, :design].copy()
         target = moments[:, :design, design].copy()
-        spread = gram[:, column, column].copy()
+        spreads = [gram[:, column, column].copy() for column in columns]
         total_weight = np.maximum(cluster_weight @ self.cell_count.sum(axis=0), 1.0)
         # The columns no refit can tell anything from are set aside (an identity in their
         # place): those with no spread within keys (a size class beside nothing, a cluster
@@ -127,36 +129,42 @@ class Fit:
         target[aside] = 0.0
         # any other collinearity (a share that one cluster's dummy explains, in a refit that
         # drew two clusters) is a direction of no extent: the pseudo-inverse leaves it out
-        values, vectors = np.linalg.eigh(gram)
+        values, vectors = np.linalg.eigh(gram)      # the cost of a refit: done once for all
         kept = values > self._COLLINEAR * values[:, -1:]
         inverse_values = np.where(kept, 1.0 / np.where(kept, values, 1.0), 0.0)
-        row = (vectors[:, column, :] * inverse_values)[:, None, :] @ vectors.transpose(0, 2, 1)
-        row = row[:, 0, :]                # row ``column`` of the pseudo-inverse
-        # γ is told only by what of its column the other columns (the loads) do not explain:
-        # no direction left out may involve it, and that part, 1 / its diagonal entry there
-        # (the Schur complement), must not vanish beside its spread
-        involved = np.where(kept, 0.0, np.abs(vectors[:, column, :])).max(axis=1)
-        told = ~aside[:, column] & (involved < 1e-6) & (
-            row[:, column] * self._COLLINEAR * spread < 1.0)
-        solution = (row * target).sum(axis=1)
-        return np.where(told, solution, np.nan)
+        found = np.empty((len(columns), refits))
+        for position, (column, spread) in enumerate(zip(columns, spreads, strict=True)):
+            row = (vectors[:, column, :] * inverse_values)[:, None, :] @ vectors.transpose(
+                0, 2, 1)
+            row = row[:, 0, :]            # row ``column`` of the pseudo-inverse
+            # γ is told only by what of its column the other columns (the loads) do not
+            # explain: no direction left out may involve it, and that part, 1 / its diagonal
+            # entry there (the Schur complement), must not vanish beside its spread
+            involved = np.where(kept, 0.0, np.abs(vectors[:, column, :])).max(axis=1)
+            told = ~aside[:, column] & (involved < 1e-6) & (
+                row[:, column] * self._COLLINEAR * spread < 1.0)
+            found[position] = np.where(told, (row * target).sum(axis=1), np.nan)
+        return found
 
-    def gamma(self, column: int) -> float | None:
-        """γ of ``column`` with every cluster once; None when it cannot be told."""
-        found = float(self.gammas(np.ones((1, self.clusters)), column)[0])
-        return None if np.isnan(found) else found
+    def gamma(self, columns: Sequence[int]) -> list[float | None]:
+        """γ of each of ``columns`` with every cluster once; None when it cannot be told."""
+        found = self.gammas(np.ones((1, self.clusters)), columns)[:, 0]
+        return [None if np.isnan(g) else float(g) for g in found]
 
-    def interval(self, column: int) -> tuple[float | None, float | None]:
-        """The 95% percentile interval of the tax over :data:`BOOTSTRAP` refits (None with
-        one cluster, or when fewer than half of the refits can estimate it)."""
-        if self.clusters < 2:
-            return None, None
+    def interval(self, columns: Sequence[int]) -> list[tuple[float | None, float | None]]:
+        """The 95% percentile interval of each column's tax over :data:`BOOTSTRAP` refits
+        (None with one cluster, or when fewer than half of the refits can estimate it)."""
+        if self.clusters < 2 or not len(columns):
+            return [(None, None)] * len(columns)
         rng = np.random.default_rng(SEED)
         draws = rng.multinomial(self.clusters, np.full(self.clusters, 1 / self.clusters),
                                 size=BOOTSTRAP).astype(np.float64)
-        gammas = self.gammas(draws, column)
-        taxes = 100.0 * np.expm1(gammas[~np.isnan(gammas)])
-        if taxes.size < BOOTSTRAP / 2:
-            return None, None
-        low, high = np.percentile(taxes, [2.5, 97.5])
-        return float(low), float(high)
+        found: list[tuple[float | None, float | None]] = []
+        for gammas in self.gammas(draws, columns):
+            taxes = 100.0 * np.expm1(gammas[~np.isnan(gammas)])
+            if taxes.size < BOOTSTRAP / 2:
+                found.append((None, None))
+            else:
+                low, high = np.percentile(taxes, [2.5, 97.5])
+                found.append((float(low), float(high)))
+        return found

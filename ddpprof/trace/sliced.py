@@ -22,8 +22,8 @@ a path.
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -199,7 +199,7 @@ def rest_of_document(data: TraceBytes, start: int, end: int) -> DistributedInfo 
             raise QuickCutsFailed
         return None
     # A value no trace can hold in its own traceEvents: drawn afresh for every load.
-    marker = b'"ddpprof-' + secrets.token_hex(16).encode() + b'"'
+    marker = b'"ddpprof-' + os.urandom(16).hex().encode() + b'"'
     try:
         document = OBJECT_DECODER.decode(b"".join((before, marker, after)))
     except msgspec.MsgspecError:
