@@ -175,13 +175,13 @@ def default_threads() -> int:
 _THREADS = default_threads()
 
 
-def _run(rows: list[Callable[[], list[TaxRow]]]) -> list[TaxRow]:
+def _run(fits: list[Callable[[], list[TaxRow]]]) -> list[TaxRow]:
     """Each fit's rows, in order, the fits on :data:`_THREADS` threads. The caller holds BLAS
     to one thread: so that the figures do not depend on the number of cores (a BLAS product
     cut across threads rounds differently), and because BLAS's own threads, on matrices this
     small, only get in the way of these."""
     with ThreadPoolExecutor(_THREADS) as pool:
-        return [row for done in [pool.submit(fit) for fit in rows] for row in done.result()]
+        return [row for done in [pool.submit(fit) for fit in fits] for row in done.result()]
 
 
 def shared_time(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -263,7 +263,7 @@ def _comm_rows(parts: list[Any]) -> list[Callable[[], list[TaxRow]]]:
     that ran mostly alone take for its traffic (their α–β fit, ``metrics.cost``; with one
     size, in proportion to the bytes)."""
     if not parts or not sum(len(p[1]) for p in parts):
-        return [partial(_no_tax, ALL, 0)]
+        return [partial(_no_tax, 0)]
     rank = np.concatenate([np.full(len(p[1]), p[0], dtype=np.int64) for p in parts])
     cluster = row_ids(rank, np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]))
     bins = np.concatenate([p[2] for p in parts])
@@ -273,7 +273,7 @@ def _comm_rows(parts: list[Any]) -> list[Callable[[], list[TaxRow]]]:
     alone = beside < OVERLAPPED
     expected = _alone_time(traffic, np.exp(log_time), alone)
     if expected is None:
-        return [partial(_no_tax, ALL, int(beside.size))]
+        return [partial(_no_tax, int(beside.size))]
     # one key for all: the alone curve stands for "the same size alone"
     samples = Samples(log_time - np.log(expected), np.zeros(beside.size, dtype=np.int64),
                       cluster, beside[:, None])
@@ -286,8 +286,8 @@ def _comm_rows(parts: list[Any]) -> list[Callable[[], list[TaxRow]]]:
     return rows
 
 
-def _no_tax(size: str, overlapped: int) -> list[TaxRow]:
-    return [TaxRow("communication", ALL, size, None, None, None, 0, 0, overlapped)]
+def _no_tax(overlapped: int) -> list[TaxRow]:
+    return [TaxRow("communication", ALL, ALL, None, None, None, 0, 0, overlapped)]
 
 
 def _alone_time(traffic: np.ndarray, time: np.ndarray, alone: np.ndarray
