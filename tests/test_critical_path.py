@@ -324,6 +324,28 @@ def test_an_untraced_wait_ends_when_its_collective_does():
     assert edited_step_us(graph, [Edit("faster-network", "", 50)]) == pytest.approx(815)
 
 
+@pytest.mark.parametrize(("wake_up_us", "awaited"), [(200, True), (300, False)])
+def test_an_untraced_wait_allows_the_scheduler_its_wake_up(tmp_path, wake_up_us, awaited):
+    """As above, but add_ starts ``wake_up_us`` after the collective ended: within
+    ``WAKE_UP_SLACK_US`` (250 µs) the thread counts as woken by it (the DDP reducer's thread
+    ran again 51 to 206 µs after its all-reduce on a busy 2-core machine), so with the
+    network 50% faster (the transfer 185 µs shorter) the step is 185 µs shorter; beyond it, the
+    gap is the thread's own and the step stays as recorded."""
+    for rank in (0, 1):
+        resume = 700 + wake_up_us
+        tb.write_trace(tmp_path / f"rank{rank}.json", [
+            tb.step(1, 0, resume + 280), tb.span("aten::mm", 0, 300),
+            tb.span("c10d::allreduce_", 300, 320), tb.span("gloo:all_reduce", 330, 700, tid=2),
+            tb.span("aten::add_", resume, resume + 180)], rank=rank)
+    (graph,) = graphs_of(tmp_path)
+    completions = [e for e in graph.edges if e.kind == EdgeKind.COMPLETE]
+    assert [graph.nodes[e.dst].name for e in completions] == ["aten::add_"] * 2 * awaited
+    recorded = edited_step_us(graph, [])
+    assert recorded == pytest.approx(wake_up_us + 980)
+    assert edited_step_us(graph, [Edit("faster-network", "", 50)]) == pytest.approx(
+        recorded - 185 * awaited)
+
+
 def test_a_c10d_op_that_blocks_until_its_collective_ended_is_a_wait():
     """Both ranks: mm 0-300, c10d::allreduce_ 300-710 holding the whole gloo all-reduce
     310-700, add_ 720-900. The op is an issue 300-310 and a wait that returns at 710: path
