@@ -143,7 +143,7 @@ def overlap_tax(ranks: list[tuple[RankTaxSamples, CollectiveCalls, np.ndarray]],
     each call's transfer (the last member's arrival: ``metrics.waits``)."""
     with threadpool_limits(1, user_api="blas"):            # see _run
         op_parts, call_parts = _parts(ranks, backend)
-        return OverlapTax(_run(_compute_rows(op_parts) + _comm_rows(call_parts)))
+        return OverlapTax(_run(_compute_fits(op_parts) + _comm_fits(call_parts)))
 
 
 def _parts(ranks: list[tuple[RankTaxSamples, CollectiveCalls, np.ndarray]],
@@ -230,7 +230,7 @@ def _joined(parts: list[Any]) -> tuple[np.ndarray, ...]:
     return key, cluster, group, log_duration, shares
 
 
-def _compute_rows(parts: list[Any]) -> list[Callable[[], list[TaxRow]]]:
+def _compute_fits(parts: list[Any]) -> list[Callable[[], list[TaxRow]]]:
     key, cluster, work_class, log_duration, shares = _joined(parts)
     everything = Samples(log_duration, key, cluster, shares)
     # the ops that tell each step's load, whatever their class; they tell no class's tax
@@ -238,18 +238,18 @@ def _compute_rows(parts: list[Any]) -> list[Callable[[], list[TaxRow]]]:
     reference = Samples(log_duration[chosen], key[chosen], cluster[chosen],
                         np.zeros_like(shares[chosen]))
     pooled_reference = _pooled(reference)
-    rows: list[Callable[[], list[TaxRow]]] = []
+    fits: list[Callable[[], list[TaxRow]]] = []
     for position, name in [(-1, ALL), *enumerate(WORK_CLASSES)]:
         mine = work_class == position if position >= 0 else np.ones(key.size, dtype=bool)
         samples = everything.subset(mine)
-        rows.append(partial(_rows, "compute", name, [(ALL, 0)], _pooled(samples),
+        fits.append(partial(_rows, "compute", name, [(ALL, 0)], _pooled(samples),
                             pooled_reference))
         # the size classes share one fit: one column each
         sizes = [(label, size) for size, label in enumerate(SIZE_LABELS)
                  if samples.shares[:, size].any()]
         if sizes:
-            rows.append(partial(_rows, "compute", name, sizes, samples, reference))
-    return rows
+            fits.append(partial(_rows, "compute", name, sizes, samples, reference))
+    return fits
 
 
 def _pooled(samples: Samples) -> Samples:
@@ -258,7 +258,7 @@ def _pooled(samples: Samples) -> Samples:
                    np.minimum(samples.shares.sum(axis=1, keepdims=True), 1.0))
 
 
-def _comm_rows(parts: list[Any]) -> list[Callable[[], list[TaxRow]]]:
+def _comm_fits(parts: list[Any]) -> list[Callable[[], list[TaxRow]]]:
     """The communication tax: each collective's transfer against what the run's collectives
     that ran mostly alone take for its traffic (their α–β fit, ``metrics.cost``; with one
     size, in proportion to the bytes)."""
@@ -277,13 +277,13 @@ def _comm_rows(parts: list[Any]) -> list[Callable[[], list[TaxRow]]]:
     # one key for all: the alone curve stands for "the same size alone"
     samples = Samples(log_time - np.log(expected), np.zeros(beside.size, dtype=np.int64),
                       cluster, beside[:, None])
-    rows: list[Callable[[], list[TaxRow]]] = [
+    fits: list[Callable[[], list[TaxRow]]] = [
         partial(_rows, "communication", ALL, [(ALL, 0)], samples)]
     for size, label in enumerate(SIZE_LABELS):
         if (bins == size).any():
-            rows.append(partial(_rows, "communication", ALL, [(label, 0)],
+            fits.append(partial(_rows, "communication", ALL, [(label, 0)],
                                 samples.subset(bins == size)))
-    return rows
+    return fits
 
 
 def _no_tax(overlapped: int) -> list[TaxRow]:
@@ -322,12 +322,12 @@ def _rows(side: str, work_class: str, sizes: list[tuple[str, int]], samples: Sam
         strict=True)))))
     columns = [column for _, column in sizes]
     gammas = fit.gamma(columns) if keys else [None] * len(columns)
-    estimated = [column for column, gamma in zip(columns, gammas, strict=True)
-                 if gamma is not None]
-    intervals = dict(zip(estimated, fit.interval(estimated), strict=True))
-    return [TaxRow(side, work_class, size, None if gamma is None else _pct(gamma),
-                   *intervals.get(column, (None, None)), keys, alone, overlapped)
-            for (size, column), gamma in zip(sizes, gammas, strict=True)]
+    # (each column's interval is the same alone or beside the others: one decomposition)
+    intervals = fit.interval(columns) if any(g is not None for g in gammas) else []
+    return [TaxRow(side, work_class, size, None, None, None, keys, alone, overlapped)
+            if gamma is None else
+            TaxRow(side, work_class, size, _pct(gamma), *intervals[k], keys, alone, overlapped)
+            for k, ((size, _), gamma) in enumerate(zip(sizes, gammas, strict=True))]
 
 
 def _bounded(samples: Samples) -> Samples:

@@ -154,7 +154,7 @@ class Fit:
     def interval(self, columns: Sequence[int]) -> list[tuple[float | None, float | None]]:
         """The 95% percentile interval of each column's tax over :data:`BOOTSTRAP` refits
         (None with one cluster, or when fewer than half of the refits can estimate it)."""
-        if self.clusters < 2 or not len(columns):
+        if self.clusters < 2:
             return [(None, None)] * len(columns)
         rng = np.random.default_rng(SEED)
         draws = rng.multinomial(self.clusters, np.full(self.clusters, 1 / self.clusters),
