@@ -17,12 +17,17 @@ configuration's own replay (median |error|), other caps and world sizes (median 
 |error|), overlap (the largest |gap| per cap), and whether the predicted best cap is within the
 measured noise of the measured best (its measured median no further from the best's than the
 best's own spread). Beside them, what the machine's noise allows: the *noise floor* (each
-repeat of a configuration against another repeat of the same), the errors against the run of
+repeat of a configuration against another repeat of the same; for overlap, the largest and
+median |gap| between two repeats of one configuration), what a perfect predictor fed one run
+would score (each repeat against the median of its configuration's repeats, step and
+overlap), the errors against the run of
 the same repeat (recorded minutes apart), the ratio of a cap's step to the calibration run's
-own within a repeat, the 3-rank runs predicted with the ranks sharing this machine's cores
-(``--shared-cores``), and the calibration run re-bucketed at its own cap against its unedited
-replay (the re-bucketing's own error, free of noise). The 1-minute load average is logged
-before each recording and prediction.
+own within a repeat, the 3-rank runs predicted with each rank on its own cores
+(``--shared-cores 0``; by default a run of CPU ranks on one host shares its cores), the
+prediction before the profiler's overhead is divided out against the median *profiled* step
+(what the replay itself gets wrong, without the overhead ratio's noise), and the calibration
+run re-bucketed at its own cap against its unedited replay (the re-bucketing's own error, free
+of noise). The 1-minute load average is logged before each recording and prediction.
 
     python benchmarks/simulate_accuracy.py [--out bench-acc/] [--model mlp-medium]
         [--variants all] [--caps 1,4,25] [--world3-cap 4] [--repeats 3] [--steps 16]
@@ -101,13 +106,18 @@ def measured(out: Path, world: int, variant: str, cap: float, repeats: int) -> d
                if complete(f := folder_of(out, world, variant, cap, r))]
     if not folders:
         return None
-    steps = [read_manifest(f / "run.json").throughput.median_step_s * 1e3 for f in folders]
+    manifests = [read_manifest(f / "run.json") for f in folders]
+    steps = [m.throughput.median_step_s * 1e3 for m in manifests]
+    profiled = [statistics.median(s.wall_s for s in m.steps if s.phase == "active") * 1e3
+                for m in manifests]
     analysis = analyze_paths([location_of(str(f)) for f in folders])
     overlaps = [statistics.fmean(r.breakdown.overlap_pct or 0 for r in run.ranks)
                 for run in sorted(analysis.runs, key=lambda run: run.name)]
     return {"step_ms": statistics.median(steps), "repeats_ms": steps,
+            "profiled_ms": statistics.median(profiled),
             "low_ms": min(steps), "high_ms": max(steps),
-            "overlap_pct": statistics.median(overlaps), "folders": [str(f) for f in folders]}
+            "overlap_pct": statistics.median(overlaps), "repeats_overlap_pct": overlaps,
+            "folders": [str(f) for f in folders]}
 
 
 def main() -> None:
@@ -146,9 +156,12 @@ def main() -> None:
                     "steps": args.steps, "variants": variants, "cores": os.cpu_count(),
                     "points": [], "loads": loads}
     errors: dict[str, list[float]] = {key: [] for key in (
-        "own", "own_against_its_run", "other_caps", "world3", "world3_shared_cores", "same_repeat",
-        "ratio_within_repeat", "own_cap_rebucketed", "noise_floor")}
+        "own", "own_against_its_run", "other_caps", "world3", "world3_own_cores", "same_repeat",
+        "ratio_within_repeat", "own_cap_rebucketed", "profiled_against_profiled",
+        "world3_profiled_against_profiled", "noise_floor", "one_repeat_against_median")}
     overlap_gaps: dict[str, list[float]] = {}
+    overlap_noise: list[float] = []     # one repeat's overlap against another's, same config
+    overlap_oracle: list[float] = []    # one repeat's overlap against its config's median
     best_ok = []
     own_marker = 1 + 1e-9    # a cap that makes the calibration run's own buckets, re-bucketed
     for variant in variants:
@@ -159,6 +172,13 @@ def main() -> None:
                 steps = target["repeats_ms"]
                 errors["noise_floor"] += [100 * abs(a - b) / b for i, a in enumerate(steps)
                                           for j, b in enumerate(steps) if i != j]
+                spread = target["repeats_overlap_pct"]
+                overlap_noise += [abs(a - b) for i, a in enumerate(spread) for b in spread[i + 1:]]
+                # what a perfect predictor fed one repeat would score: that repeat against the
+                # median of its configuration's repeats
+                errors["one_repeat_against_median"] += [
+                    abs(100 * (a / target["step_ms"] - 1)) for a in steps]
+                overlap_oracle += [abs(a - target["overlap_pct"]) for a in spread]
         for repeat in range(1, args.repeats + 1):
             source = folder_of(out, 2, variant, caps[0], repeat)
             if not complete(source):
@@ -168,8 +188,8 @@ def main() -> None:
                           "time": time.strftime("%H:%M:%S")})
             simulation = simulate_run(source, [*caps, caps[0] * own_marker], [2, 3],
                                       allow_sweep=False)
-            crowded = simulate_run(source, [args.world3_cap], [3], allow_sweep=False,
-                                   shared_cores=os.cpu_count())
+            own_cores = simulate_run(source, [args.world3_cap], [3], allow_sweep=False,
+                                     shared_cores=0)
             predicted = {(p.world_size, p.bucket_cap_mb): p for p in simulation.predictions}
             own = predicted[(2, caps[0])]
             rebucketed = predicted[(2, caps[0] * own_marker)]
@@ -177,7 +197,7 @@ def main() -> None:
                 abs(100 * (rebucketed.step_ms - own.step_ms) / own.step_ms))
             own_measured = read_manifest(source / "run.json").throughput.median_step_s * 1e3
             errors["own_against_its_run"].append(abs(100 * (own.step_ms / own_measured - 1)))
-            shared = {p.world_size: p for p in crowded.predictions if p.bucket_cap_mb ==
+            apart = {p.world_size: p for p in own_cores.predictions if p.bucket_cap_mb ==
                       args.world3_cap or p.bucket_cap_mb is None}
             ranking = []
             for (world, cap), target in truth.items():
@@ -185,6 +205,11 @@ def main() -> None:
                 if target is None or point is None:
                     continue
                 error = 100 * (point.step_ms - target["step_ms"]) / target["step_ms"]
+                if not (world == 2 and cap == caps[0]):
+                    profiled = point.step_ms * simulation.overhead_ratio
+                    errors["profiled_against_profiled" if world == 2 else
+                           "world3_profiled_against_profiled"].append(
+                        abs(100 * (profiled / target["profiled_ms"] - 1)))
                 gap = (point.overlap_pct or 0.0) - target["overlap_pct"]
                 same = folder_of(out, world, variant, cap, repeat)
                 same_ms = read_manifest(same / "run.json").throughput.median_step_s * 1e3 \
@@ -199,9 +224,9 @@ def main() -> None:
                             (point.step_ms / own.step_ms) / (same_ms / own_measured) - 1)))
                 else:
                     errors["world3"].append(abs(error))
-                    if 3 in shared:
-                        errors["world3_shared_cores"].append(abs(
-                            100 * (shared[3].step_ms - target["step_ms"]) / target["step_ms"]))
+                    if 3 in apart:
+                        errors["world3_own_cores"].append(abs(
+                            100 * (apart[3].step_ms - target["step_ms"]) / target["step_ms"]))
                 if same_ms and not (world == 2 and cap == caps[0]):
                     errors["same_repeat"].append(abs(100 * (point.step_ms - same_ms) / same_ms))
                 label = f"{cap:g}" if world == 2 else f"{cap:g} (3 ranks)"
@@ -209,8 +234,8 @@ def main() -> None:
                 report["points"].append({
                     "variant": variant, "calibrated_on": source.name, "world_size": world,
                     "cap_mib": cap, "buckets": point.buckets, "predicted_ms": point.step_ms,
-                    "predicted_shared_cores_ms": shared[3].step_ms if world == 3
-                    and 3 in shared else None,
+                    "predicted_own_cores_ms": apart[3].step_ms if world == 3
+                    and 3 in apart else None,
                     "measured_ms": target["step_ms"], "measured_repeats_ms": target["repeats_ms"],
                     "measured_same_repeat_ms": same_ms, "error_pct": error,
                     "predicted_overlap_pct": point.overlap_pct,
@@ -236,11 +261,16 @@ def main() -> None:
     summary = {
         "abs_error_pct": {key: stats(values) for key, values in errors.items()},
         "others_abs_error_pct": stats(errors["other_caps"] + errors["world3"]),
-        "others_shared_cores_abs_error_pct": stats(errors["other_caps"]
-                                                   + errors["world3_shared_cores"]),
+        "others_own_cores_abs_error_pct": stats(errors["other_caps"]
+                                                + errors["world3_own_cores"]),
         "overlap_max_abs_gap_pp_by_cap": {c: max(v) for c, v in overlap_gaps.items()},
         "overlap_median_abs_gap_pp": statistics.median(
             g for v in overlap_gaps.values() for g in v) if overlap_gaps else None,
+        "overlap_noise_floor_pp": {"median": statistics.median(overlap_noise),
+                                   "max": max(overlap_noise)} if overlap_noise else None,
+        "overlap_one_repeat_against_median_pp": {
+            "median": statistics.median(overlap_oracle), "p90": percentile(overlap_oracle, 0.9),
+            "max": max(overlap_oracle)} if overlap_oracle else None,
         "best_cap_within_noise": f"{sum(best_ok)} of {len(best_ok)}",
         "load_1min_range": [min(x["load_1min"] for x in loads), max(x["load_1min"] for x in loads)]
         if loads else None,
@@ -256,7 +286,7 @@ def markdown(report: dict) -> str:
     range) against measured (median over repeats, and their range), as a Markdown table; then
     the predicted and measured best cap of each calibration run."""
     lines = ["| variant | ranks | cap (MiB) | buckets | predicted (ms) | measured (ms) | error "
-             "| 3 ranks, shared cores (ms) | overlap % predicted | overlap % measured |",
+             "| 3 ranks, own cores (ms) | overlap % predicted | overlap % measured |",
              "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
     points = [p for p in report["points"] if "predicted_ms" in p]
     keys = list(dict.fromkeys((p["variant"], p["world_size"], p["cap_mib"]) for p in points))
@@ -264,7 +294,7 @@ def markdown(report: dict) -> str:
         mine = [p for p in points if (p["variant"], p["world_size"], p["cap_mib"]) ==
                 (variant, world, cap)]
         predicted = [p["predicted_ms"] for p in mine]
-        shared = [p["predicted_shared_cores_ms"] for p in mine if p["predicted_shared_cores_ms"]]
+        apart = [p["predicted_own_cores_ms"] for p in mine if p["predicted_own_cores_ms"]]
         measured = mine[0]["measured_repeats_ms"]
         middle = statistics.median(predicted)
         error = statistics.median(p["error_pct"] for p in mine)
@@ -272,7 +302,7 @@ def markdown(report: dict) -> str:
             f"| {variant} | {world} | {cap:g} | {mine[0]['buckets']} | {middle:,.0f} "
             f"({min(predicted):,.0f}–{max(predicted):,.0f}) | {statistics.median(measured):,.0f}"
             f" ({min(measured):,.0f}–{max(measured):,.0f}) | {error:+.1f} % | "
-            + (f"{statistics.median(shared):,.0f}" if shared else "") + " | "
+            + (f"{statistics.median(apart):,.0f}" if apart else "") + " | "
             f"{statistics.median(p['predicted_overlap_pct'] or 0 for p in mine):.1f} | "
             f"{mine[0]['measured_overlap_pct']:.1f} |")
     lines += ["", "| variant | calibrated on | predicted best cap | measured best cap | "

@@ -167,6 +167,12 @@ class RunMeasurements(msgspec.Struct, kw_only=True):
     world_size: int | None = None       # the process group's, as the ranks saw it
     devices: list[str] | None = None    # one per rank
     threads_per_rank: int | None = None
+    #: The cores rank 0 could run on (its affinity, else the machine's): what the ranks of a
+    #: CPU run on one host share (``simulate`` crowds them at another world size).
+    host_cores: int | None = None
+    #: How each step's ``wall_s`` was taken over the ranks: ``mean`` (None: a run recorded
+    #: before it was, which kept the slowest rank's, see ``StepRecord``).
+    wall_s_over_ranks: str | None = None
     torch_version: str | None = None
     #: Collectives one optimizer step launches, by kind (``all_reduce``, ``reduce_scatter``,
     #: ...): what the variant says (``DataParallel.collectives_per_sync``).
@@ -184,7 +190,8 @@ class RunMeasurements(msgspec.Struct, kw_only=True):
 
 class StepRecord(msgspec.Struct, kw_only=True):
     """One optimizer step: ``wall_s`` from its first micro-batch to the end of the optimizer
-    (the slowest rank's), ``sync_s`` the time in ``finish_gradient_sync``."""
+    (the mean over ranks, ``RunMeasurements.wall_s_over_ranks``; older runs kept the slowest
+    rank's), ``sync_s`` the time in ``finish_gradient_sync`` (the slowest rank's)."""
 
     step: int
     phase: str                          # wait, warmup, active, after, or unprofiled

@@ -63,10 +63,12 @@ def cost_model_options() -> Callable[[F], F]:
                      help="Use this bus bandwidth (GB/s) instead of a calibration or fit."),
         click.option("--latency-us", type=LATENCY_US,
                      help="Use this per-call latency (µs) instead of a calibration or fit."),
-        click.option("--shared-cores", type=POSITIVE_INT, metavar="C",
+        click.option("--shared-cores", type=click.IntRange(min=0), metavar="C",
                      help="Every rank, at any world size, shares these C cores (the ranks of a "
                           "CPU run on one host): where the ranks' threads outnumber them, all "
-                          "work slows in proportion. [default: each rank brings its own]"),
+                          "work slows in proportion; 0: each rank brings its own device or "
+                          "cores. [default: the host's cores for a run of CPU ranks on one "
+                          "host (run.json), else 0]"),
         click.option("--ready-order", is_flag=True,
                      help="Bucket gradients in the order they become ready, not in reverse "
                           "registration order (what PyTorch's Reducer and bucket_ddp_async "

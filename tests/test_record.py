@@ -39,6 +39,8 @@ def test_every_variant_records_traces_and_a_complete_manifest(all_variants):
         assert config["backend"] == "gloo" and measured["parameters"] == 1_462_538
         assert config["grad_accum"] == (2 if variant == "simple_ddp_ga" else 1)
         assert measured["torch_version"] and len(measured["devices"]) == world
+        assert measured["host_cores"] == len(os.sched_getaffinity(0))   # what simulate crowds
+        assert measured["wall_s_over_ranks"] == "mean"
         assert manifest["traces"] == [f"rank{r}.pt.trace.json.gz" for r in range(world)]
         assert [s["phase"] for s in manifest["steps"]] == [
             "wait", "warmup", "active", "active", "after"]

@@ -21,10 +21,11 @@ from ddpprof.graph.build import join_steps
 from ddpprof.graph.contended import Tax
 from ddpprof.graph.path import replay, step_length_us
 from ddpprof.graph.whatif import replay_edited
-from ddpprof.manifest import BucketRecord
+from ddpprof.manifest import BucketRecord, RunManifest, RunMeasurements
 from ddpprof.metrics.cost import CostModel, fit_cost, measured_curve, traffic_bytes
 from ddpprof.metrics.tax import OverlapTax, TaxRow
-from ddpprof.simulate.run import simulate_run
+from ddpprof.record.config import RunConfig
+from ddpprof.simulate.run import cores_shared, simulate_run
 from ddpprof.simulate.steps import registration_positions
 from ddpprof.trace.discover import discover
 from ddpprof.variants import VARIANTS
@@ -198,13 +199,36 @@ def test_a_calibration_beside_the_run_is_used(tmp_path):
         simulate_run(run, [1.0], [2], allow_sweep=False)
 
 
+def _host(devices: list[str], nnodes: int = 1, host_cores: int | None = 2) -> RunManifest:
+    return RunManifest(config=RunConfig(variant="pytorch_ddp", nproc=2, nnodes=nnodes),
+                       measured=RunMeasurements(devices=devices, threads_per_rank=1,
+                                                host_cores=host_cores))
+
+
+@pytest.mark.parametrize(("manifest", "asked", "cores", "note"), [
+    # CPU ranks on one host share its cores, unless told otherwise
+    (_host(["cpu (x86_64, 1 threads)"] * 2), None, 2, "ran as CPU processes on one host"),
+    (_host(["cpu (x86_64, 1 threads)"] * 2), 0, None, "each rank brings its own device"),
+    (_host(["cpu (x86_64, 1 threads)"] * 2), 6, 6, "every rank shares 6 cores"),
+    # GPU ranks bring their own devices; ranks on several hosts do not share one's cores; a
+    # run.json that does not say how many cores the host had (recorded before it did)
+    (_host(["cuda:0 (NVIDIA H100)"] * 2), None, None, "--shared-cores C for ranks sharing"),
+    (_host(["cpu (x86_64, 1 threads)"] * 2, nnodes=2), None, None, "brings its own"),
+    (_host(["cpu (x86_64, 1 threads)"] * 2, host_cores=None), None, None, "brings its own"),
+])
+def test_the_cores_the_ranks_share(manifest, asked, cores, note):
+    notes: list[str] = []
+    assert cores_shared(manifest, asked, notes) == cores
+    assert len(notes) == 1 and note in notes[0]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--bucket-cap-mib", "0"], "'0' is not > 0"),
     (["--bucket-cap-mb", "0"], "'0' is not > 0"),   # the old spelling still works
     (["--latency-us", "5"], "go together"),
     (["--calibration", "c.json", "--latency-us", "1", "--bandwidth-gbps", "1"], "not both"),
     (["--calibration", "missing.json"], "missing.json: no such file"),
-    (["--shared-cores", "0"], "'--shared-cores': 0 is not in the range x>=1"),
+    (["--shared-cores", "-1"], "'--shared-cores': -1 is not in the range x>=0"),
     (["--faster", "tensor=20"], "the class is one of gemm, compute"),
     (["--faster-network", "100"], "the percentage must be in [0, 100)"),
     (["--rank-delay", "x=5"], "RANK must be a rank number"),

@@ -30,7 +30,7 @@ class WorkerResult(msgspec.Struct, kw_only=True):
     memory: list[MemoryRow] | None = None   # one row per rank (workloads/memory.py)
     buckets: list[BucketRecord] | None = None  # the gradient collectives of one sync
     mesh: MeshRecord | None = None          # several process groups (fsdp_tp)
-    step_wall_s: list[float]            # the slowest rank's
+    step_wall_s: list[float]            # the mean over ranks (see workloads/train.py)
     step_sync_s: list[float]            # the slowest rank's
     step_loss: list[float | None]       # the mean over ranks; None where it was not finite
 

@@ -38,7 +38,8 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     ProfilerStep dropped unless ``keep_last_step``) with its steps' graphs, and predict its
     own configuration and every (world size, cap) combination (:func:`simulate`).
     ``allow_sweep``: measure all-reduce on this machine when no cost model can be had
-    otherwise; ``shared_cores``: every rank shares that many cores (one CPU host)."""
+    otherwise; ``shared_cores``: every rank shares that many cores (one CPU host; 0: none;
+    None: as the run says, :func:`cores_shared`)."""
     if bandwidth_gbps is not None and (bandwidth_gbps <= 0 or (latency_us or 0) < 0):
         raise UsageError("--bandwidth-gbps must be positive and --latency-us not negative")
     calibration = sources.given_calibration(calibration_file)
@@ -84,7 +85,8 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
     ``world_sizes``: by default the run's own, 2, 4 and 8; ``[]`` the run's own only.
     ``median_step_only``: replay the step of median recorded length alone (the findings'
     advice), not every step. ``shared_cores``: every rank, at any world size, shares that many
-    cores (one CPU host: ``graph.edit.WorldSize.crowding``)."""
+    cores (one CPU host: ``graph.edit.WorldSize.crowding``; 0: none; None: as the run says,
+    :func:`cores_shared`)."""
     manifest, config = run.manifest, run.manifest.config
     check_replayable(manifest, run_path)
     joined, notes = join_steps({r.rank: r.graph_steps or [] for r in run.ranks})
@@ -124,17 +126,11 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
     notes.append(_scope(info, variant, bool(sizes_mb)))
     sharded = info is not None and info.sharded
     threads = (manifest.measured.threads_per_rank if manifest.measured else None) or 1
+    shared_cores = cores_shared(manifest, shared_cores, notes)
 
     def resized(n: int) -> WorldSize | None:
         return None if n == world else WorldSize(n, world, sharded, shared_cores, threads)
 
-    if shared_cores:
-        notes.append(f"world sizes: every rank shares {shared_cores} cores with the others "
-                     f"({threads} thread(s) a rank): where they outnumber them, all work slows "
-                     "in proportion")
-    else:
-        notes.append("world sizes: each rank brings its own device or cores (--shared-cores "
-                     "for ranks sharing one CPU host)")
     single = [o.step_us for s in steps if (o := s.replay(edits, None, WorldSize(
         1, world, sharded, shared_cores, threads), model, backend))]
     predictions = []
@@ -174,6 +170,33 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
                             edits=[e.label for e in edits], notes=list(dict.fromkeys(notes)))
     simulation.rows = output.rows(simulation, sweep_points or {})
     return simulation
+
+
+def cores_shared(manifest: RunManifest, asked: int | None, notes: list[str]) -> int | None:
+    """The cores every rank shares at any world size (``graph.edit.WorldSize.crowding``):
+    ``asked`` (0: none, each rank brings its own device or cores); by default, for a run whose
+    ranks were CPU processes on one host, the cores they could run on there (run.json's
+    ``host_cores``), else none. A note says which."""
+    measured, config = manifest.measured, manifest.config
+    threads = (measured.threads_per_rank if measured else None) or 1
+    one_cpu_host = (config is not None and config.nnodes == 1 and measured is not None
+                    and bool(measured.devices)
+                    and all(d.startswith("cpu") for d in measured.devices or []))
+    if asked is None and one_cpu_host and measured is not None and measured.host_cores:
+        cores: int | None = measured.host_cores
+        why = "its ranks ran as CPU processes on one host (run.json), so at any world size "
+    else:
+        cores = asked or None
+        why = ""
+    if cores:
+        notes.append(f"world sizes: {why}every rank shares {cores} cores with the others "
+                     f"({threads} thread(s) a rank): where they outnumber them, all work slows "
+                     "in proportion" + (" (--shared-cores 0: each rank brings its own)"
+                                        if why else ""))
+    else:
+        notes.append("world sizes: each rank brings its own device or cores" + (
+            "" if asked == 0 else " (--shared-cores C for ranks sharing C cores of one host)"))
+    return cores
 
 
 def _acyclic(graph: StepGraph, notes: list[str]) -> bool:
