@@ -164,6 +164,27 @@ def test_the_overlap_tax_by_hand():
         pytest.approx([0, 50, 50])
 
 
+
+def test_one_collectives_transfers_progress_together():
+    """Two ranks' transfers of one collective (work 10 each) start at 0; rank 1 also computes
+    from 0 to 10, and a communication tax of 100% halves its transfer's rate meanwhile.
+    Apart, rank 0's ends at 10 and rank 1's does 5 by 10 and the rest alone: 15. Together
+    (a ring moves as fast as its slowest member), both run at 1/2 until 10, then at 1: both
+    end at 15. The compute is untaxed (no compute tax): 0 to 10."""
+    nodes = [Node(0, "thread 1", NodeKind.STEP_START, "start", 0.0, 0.0),
+             Node(0, "thread 9", NodeKind.COMMUNICATION, "gloo:all_reduce", 0.0, 10.0),
+             Node(1, "thread 1", NodeKind.STEP_START, "start", 0.0, 0.0),
+             Node(1, "thread 9", NodeKind.COMMUNICATION, "gloo:all_reduce", 0.0, 10.0),
+             Node(1, "thread 1", NodeKind.COMPUTE, "aten::add", 0.0, 10.0)]
+    graph = recorded_graph("s", 0.0, nodes, [(0, 1, EdgeKind.STEP), (2, 3, EdgeKind.STEP),
+                                             (2, 4, EdgeKind.PROGRAM)])
+    roles, tax = Roles.of(graph), Tax({"gemm": 0.0, "other": 0.0}, 1.0)
+    work = np.array([0.0, 10.0, 0.0, 10.0, 10.0])
+    apart = contended.replay(graph, work, roles, tax)
+    assert apart.end_us[[1, 3, 4]].tolist() == pytest.approx([10, 15, 10])
+    together = contended.replay(graph, work, roles, tax, together=[[1, 3]])
+    assert together.end_us[[1, 3, 4]].tolist() == pytest.approx([15, 15, 10])
+
 # ---- invariants --------------------------------------------------------------------------
 
 @st.composite

@@ -6,7 +6,11 @@ Each node has a *work* (µs): how long it takes alone. It progresses at a rate:
 * compute of class k on rank r: ``1/(1 + τ_k)`` while a transfer of rank r runs, else 1;
 * a transfer of rank r: ``1/(n (1 + τ_m))`` while some compute of rank r runs, else ``1/n``,
   n the transfers of rank r running then, itself included (they share its bandwidth);
-* anything else (host work, zero-length marks): 1, whatever runs beside it.
+* anything else (host work, zero-length marks): 1, whatever runs beside it;
+* the transfers of one collective an edit added (``together``: a re-bucketed bucket's, one
+  per rank): the slowest one's rate while they run, since a ring moves as fast as its slowest
+  member. (Recorded collectives keep each rank's own rate, so that the replay of an unedited
+  graph gives back its recorded times.)
 
 A node starts when the graph's edges let it (``path.replay``: ``max(end(src) + gap)``) and
 ends when its progress reaches its work. The replay (:func:`replay`) is an event simulation,
@@ -209,20 +213,24 @@ def recorded_work(graph: StepGraph, roles: Roles, tax: Tax,
 
 
 def replay(graph: StepGraph, work_us: np.ndarray, roles: Roles, tax: Tax,
-           columns: GraphColumns | None = None, release_us: np.ndarray | None = None
-           ) -> Schedule:
+           columns: GraphColumns | None = None, release_us: np.ndarray | None = None,
+           together: list[list[int]] | None = None) -> Schedule:
     """The schedule of ``graph`` with each node doing ``work_us`` under ``tax`` beside the
-    rest (see the module); ``release_us``: other releases (same order), e.g. a rank delayed."""
+    rest (see the module); ``release_us``: other releases (same order), e.g. a rank delayed;
+    ``together``: groups of transfers, one collective's on each rank, that progress at the
+    slowest one's rate while they run (a ring moves as fast as its slowest member)."""
     c = columns or graph.columns()
-    return _Simulation(graph, c, work_us, roles, tax, release_us).run()
+    return _Simulation(graph, c, work_us, roles, tax, release_us, together or []).run()
 
 
 class _Simulation:
     """The event simulation of :func:`replay`, times from the graph's origin."""
 
     def __init__(self, graph: StepGraph, c: GraphColumns, work_us: np.ndarray, roles: Roles,
-                 tax: Tax, release_us: np.ndarray | None) -> None:
+                 tax: Tax, release_us: np.ndarray | None, together: list[list[int]]) -> None:
         n = c.start.size
+        self.group = {k: group for group in together for k in group}
+        self.own_speed: dict[int, float] = {}
         self.origin, self.tax = graph.origin_us, tax
         release = c.release if release_us is None else release_us
         self.release = (release - graph.origin_us).tolist()
@@ -325,10 +333,24 @@ class _Simulation:
         computing = any(self.role[m] != TRANSFER for m in members)
         for m in members:
             own = 1 if self.role[m] == TRANSFER else 0
-            self.speed[m] = rate(self.role[m], transfers - own, computing, self.tax)
+            self.speed[m] = self.own_speed[m] = rate(self.role[m], transfers - own, computing,
+                                                     self.tax)
+        for m in members:
+            if m in self.group:
+                self._together(m)
+
+    def _together(self, node: int) -> None:
+        """The running members of ``node``'s group at the slowest one's own rate."""
+        running = [k for k in self.group[node] if k in self.running and k in self.own_speed]
+        slowest = min((self.own_speed[k] for k in running), default=0.0)
+        for k in running:
+            self.speed[k] = slowest
 
     def _finish(self, node: int, t: float) -> None:
         del self.running[node]
+        self.own_speed.pop(node, None)
+        if node in self.group:
+            self._together(node)
         if node in self.known:
             rank = self.rank[node]
             self.past.setdefault(rank, []).append((self.known.pop(node), t, self.role[node]))

@@ -20,7 +20,8 @@ grouped by ``variants.bucketing.assign_buckets`` at the new cap; bucket b gets
   ``b mod K`` after bucket b−K's transfer (K: the lanes the removed collectives used; gloo runs
   two worker threads), arriving the median recorded issue gap after its issue; its transfer
   starts when every rank's bucket b has arrived, and its work is the cost model's time
-  (:class:`CollectiveCost`);
+  (:class:`CollectiveCost`); the ranks' transfers of bucket b progress together
+  (``Editable.together``, ``contended``);
 * completion edges into the waits that waited for the removed collectives: of m such waits
   in time order, the j-th waits for buckets 1 to ⌈jB/m⌉, the last for all (a rank with none
   waits before its optimizer).
@@ -120,6 +121,8 @@ class Editable:
     edges: list[Edge] = field(default_factory=list)
     release: list[float] = field(default_factory=list)
     buckets: dict[int, int] = field(default_factory=dict)   # rank -> gradient collectives
+    #: The transfer nodes of each added collective, one per rank: they progress together.
+    together: list[list[int]] = field(default_factory=list)
 
     @classmethod
     def of(cls, graph: StepGraph, work: np.ndarray) -> Editable:
@@ -327,6 +330,7 @@ def _arrivals(edit: Editable, launched: dict[int, list[tuple[int, int]]]) -> Non
     """Bucket b's transfer on each rank waits for bucket b's arrival on every other rank."""
     count = min((len(v) for v in launched.values()), default=0)
     for b in range(count):
+        edit.together.append([mine[b][1] for mine in launched.values()])
         for rank, mine in launched.items():
             edit.edges += [Edge(theirs[b][0], mine[b][1], EdgeKind.ARRIVAL, 0.0)
                            for other, theirs in launched.items() if other != rank]

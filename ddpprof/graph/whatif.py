@@ -155,7 +155,8 @@ def replay_edited(graph: StepGraph, tax: Tax | None = None, edits: Sequence[Edit
     _simple(edit, list(edits))
     edited, work, release = edit.finished()
     edited_roles = Roles.of(edited)
-    schedule = contended.replay(edited, work, edited_roles, tax, release_us=release)
+    schedule = contended.replay(edited, work, edited_roles, tax, release_us=release,
+                                together=edit.together)
     comm, exposed = communication(edited, schedule)
     return Outcome(step_length_us(edited, schedule), comm, exposed,
                    _count(edit.buckets) if rebucketing else _recorded_buckets(graph),

@@ -179,15 +179,13 @@ def cores_shared(manifest: RunManifest, asked: int | None, notes: list[str]) -> 
     ``host_cores``), else none. A note says which."""
     measured, config = manifest.measured, manifest.config
     threads = (measured.threads_per_rank if measured else None) or 1
-    one_cpu_host = (config is not None and config.nnodes == 1 and measured is not None
-                    and bool(measured.devices)
-                    and all(d.startswith("cpu") for d in measured.devices or []))
-    if asked is None and one_cpu_host and measured is not None and measured.host_cores:
-        cores: int | None = measured.host_cores
-        why = "its ranks ran as CPU processes on one host (run.json), so at any world size "
-    else:
-        cores = asked or None
-        why = ""
+    on_one_cpu_host = (measured is not None and config is not None and config.nnodes == 1
+                       and bool(measured.devices)
+                       and all(d.startswith("cpu") for d in measured.devices or []))
+    recorded = measured.host_cores if on_one_cpu_host and measured is not None else None
+    cores = recorded if asked is None else asked or None
+    why = ("its ranks ran as CPU processes on one host (run.json), so at any world size "
+           if asked is None and cores else "")
     if cores:
         notes.append(f"world sizes: {why}every rank shares {cores} cores with the others "
                      f"({threads} thread(s) a rank): where they outnumber them, all work slows "
