@@ -6,11 +6,11 @@ Each node has a *work* (µs): how long it takes alone. It progresses at a rate:
 * compute of class k on rank r: ``1/(1 + τ_k)`` while a transfer of rank r runs, else 1;
 * a transfer of rank r: ``1/(n (1 + τ_m))`` while some compute of rank r runs, else ``1/n``,
   n the transfers of rank r running then, itself included (they share its bandwidth);
-* anything else (host work, zero-length marks): 1, whatever runs beside it;
 * the transfers of one collective an edit added (``together``: a re-bucketed bucket's, one
   per rank): the slowest one's rate while they run, since a ring moves as fast as its slowest
-  member. (Recorded collectives keep each rank's own rate, so that the replay of an unedited
-  graph gives back its recorded times.)
+  member (recorded collectives keep each rank's own rate, so that the replay of an unedited
+  graph gives back its recorded times);
+* anything else (host work, zero-length marks): 1, whatever runs beside it.
 
 A node starts when the graph's edges let it (``path.replay``: ``max(end(src) + gap)``) and
 ends when its progress reaches its work. The replay (:func:`replay`) is an event simulation,
