@@ -63,7 +63,7 @@ def cost_model_options() -> Callable[[F], F]:
                      help="Use this bus bandwidth (GB/s) instead of a calibration or fit."),
         click.option("--latency-us", type=LATENCY_US,
                      help="Use this per-call latency (µs) instead of a calibration or fit."),
-        click.option("--shared-cores", type=click.IntRange(min=0), metavar="C",
+        click.option("--shared-cores", type=NON_NEGATIVE_INT, metavar="C",
                      help="Every rank, at any world size, shares these C cores (the ranks of a "
                           "CPU run on one host): where the ranks' threads outnumber them, all "
                           "work slows in proportion; 0: each rank brings its own device or "

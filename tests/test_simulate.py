@@ -218,7 +218,7 @@ def _host(devices: list[str], nnodes: int = 1, host_cores: int | None = 2) -> Ru
 ])
 def test_the_cores_the_ranks_share(manifest, asked, cores, note):
     notes: list[str] = []
-    assert cores_shared(manifest, asked, notes) == cores
+    assert cores_shared(manifest, asked, 1, notes) == cores
     assert len(notes) == 1 and note in notes[0]
 
 

@@ -327,7 +327,8 @@ def _insert_after(edit: Editable, anchors: list[int], work: float, name: str) ->
 
 
 def _arrivals(edit: Editable, launched: dict[int, list[tuple[int, int]]]) -> None:
-    """Bucket b's transfer on each rank waits for bucket b's arrival on every other rank."""
+    """Bucket b's transfer on each rank waits for bucket b's arrival on every other rank, and
+    the ranks' transfers of bucket b progress together (``Editable.together``)."""
     count = min((len(v) for v in launched.values()), default=0)
     for b in range(count):
         edit.together.append([mine[b][1] for mine in launched.values()])

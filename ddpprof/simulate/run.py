@@ -126,7 +126,7 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
     notes.append(_scope(info, variant, bool(sizes_mb)))
     sharded = info is not None and info.sharded
     threads = (manifest.measured.threads_per_rank if manifest.measured else None) or 1
-    shared_cores = cores_shared(manifest, shared_cores, notes)
+    shared_cores = cores_shared(manifest, shared_cores, threads, notes)
 
     def resized(n: int) -> WorldSize | None:
         return None if n == world else WorldSize(n, world, sharded, shared_cores, threads)
@@ -172,17 +172,17 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
     return simulation
 
 
-def cores_shared(manifest: RunManifest, asked: int | None, notes: list[str]) -> int | None:
-    """The cores every rank shares at any world size (``graph.edit.WorldSize.crowding``):
-    ``asked`` (0: none, each rank brings its own device or cores); by default, for a run whose
-    ranks were CPU processes on one host, the cores they could run on there (run.json's
-    ``host_cores``), else none. A note says which."""
+def cores_shared(manifest: RunManifest, asked: int | None, threads: int,
+                 notes: list[str]) -> int | None:
+    """The cores every rank (of ``threads`` threads) shares at any world size
+    (``graph.edit.WorldSize.crowding``): ``asked`` (0: none, each rank brings its own device
+    or cores); by default, for a run whose ranks were CPU processes on one host, the cores
+    they could run on there (run.json's ``host_cores``), else none. A note says which."""
     measured, config = manifest.measured, manifest.config
-    threads = (measured.threads_per_rank if measured else None) or 1
-    on_one_cpu_host = (measured is not None and config is not None and config.nnodes == 1
-                       and bool(measured.devices)
-                       and all(d.startswith("cpu") for d in measured.devices or []))
-    recorded = measured.host_cores if on_one_cpu_host and measured is not None else None
+    recorded = None
+    if measured and measured.devices and config and config.nnodes == 1 and all(
+            d.startswith("cpu") for d in measured.devices):
+        recorded = measured.host_cores
     cores = recorded if asked is None else asked or None
     why = ("its ranks ran as CPU processes on one host (run.json), so at any world size "
            if asked is None and cores else "")
