@@ -91,6 +91,28 @@ def test_each_edit_by_hand(tmp_path):
         pytest.approx(1100)
 
 
+def test_a_bucket_launches_after_its_last_gradients_hooks(tmp_path):
+    """PyTorch DDP's Reducer copies each gradient into its bucket (a 20 µs mul) inside the
+    autograd engine's span around its ``AccumulateGrad``, before it launches the bucket: a
+    bucket re-made at another cap launches after that copy, not when the gradient is
+    accumulated."""
+    traces = {rank: load(path) for rank, path in enumerate(tb.reducer_buckets(tmp_path))}
+    (graph,), _ = step_graphs(traces)
+    hooks_end = [graph.nodes[g.launchable] for g in graph.gradients if g.rank == 0]
+    assert [(n.name, n.end_us) for n in hooks_end] == [("c10d::allreduce_", 340),
+                                                       ("c10d::allreduce_", 680)]
+    none = Tax.none()
+    # a bucket per gradient: as recorded (launched where they were)
+    assert replay_edited(graph, none, rebucketing=rebucketed(graph, 0.05),
+                         cost=COST).step_us == pytest.approx(1000)
+    # one bucket: the c10d ops take no time (mm 330-630, gradient 2 630-640, mul 640-660),
+    # the issue 660-670, the 200,000-byte all-reduce 670-870, the wait 10 µs after it (880),
+    # the optimizer 890-990, the step's end 100 µs later: 1090 (launched when gradient 2 was
+    # accumulated, at 640, it would end at 1070)
+    one = replay_edited(graph, none, rebucketing=rebucketed(graph, 1.0), cost=COST)
+    assert (one.step_us, one.buckets) == (pytest.approx(1090), 1)
+
+
 def test_overlap_over_steps_as_analyze_measures_a_window():
     """Two steps, two ranks: communication 100 and 50 µs (exposed 50 and 0), then 100 and 150
     (exposed 0 and 75). Per rank over both steps: rank 0 1 − 50/200 = 75 %, rank 1

@@ -75,6 +75,30 @@ def two_buckets(folder: Path) -> list[Path]:
     return paths
 
 
+def reducer_buckets(folder: Path) -> list[Path]:
+    """``two_buckets`` as PyTorch DDP records it: each gradient's ``AccumulateGrad`` sits in
+    the autograd engine's span with the hook the Reducer fires, which first copies the
+    gradient into its bucket (``aten::mul``, 20 µs) and then launches the bucket. Thread 1:
+    mm 0-300, [evaluate 300-340: gradient 1 300-310, mul 310-330, c10d 330-340], mm 340-640,
+    [evaluate 640-680: gradient 2 640-650, mul 650-670, c10d 670-680], a wait 680-790, the
+    optimizer 800-900, in ProfilerStep#1 0-1000; gloo's thread 9: 340-440 and 680-780."""
+    evaluate = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    paths = []
+    for rank in (0, 1):
+        events = [step(1, 0, 1000), step(2, 1000, 1100), span("aten::mm", 0, 300)]
+        for at in (300, 640):
+            events += [span(evaluate, at, at + 40),
+                       span("torch::autograd::AccumulateGrad", at, at + 10, **GRADIENT_100KB),
+                       span("aten::mul", at + 10, at + 30),
+                       span("c10d::allreduce_", at + 30, at + 40),
+                       span("gloo:all_reduce", at + 40, at + 140, tid=9, **GRADIENT_100KB)]
+        events += [span("aten::mm", 340, 640),
+                   span("ddpprof::wait", 680, 790, cat="user_annotation"),
+                   span("Optimizer.step#AdamW.step", 800, 900, cat="user_annotation")]
+        paths.append(write_trace(folder / f"rank{rank}.json", events, rank=rank))
+    return paths
+
+
 FLOAT = {"Input type": ["float"]}
 
 

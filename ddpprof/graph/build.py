@@ -140,18 +140,20 @@ class _Part:
     transfer: dict[int, int] = field(default_factory=dict)  # collective event -> transfer
     collectives: list[int] = field(default_factory=list)   # collective events, by start
     blocking_waits: dict[int, int] = field(default_factory=dict)  # issue node -> its wait
+    after_hooks: dict[int, int] = field(default_factory=dict)  # gradient -> its hooks' end
 
     def add(self, node: Node) -> int:
         self.nodes.append(node)
         return len(self.nodes) - 1
 
 
-def _segments(start: np.ndarray, end: np.ndarray, lo: float, hi: float
-              ) -> list[tuple[int, float, float]]:
+def _segments(start: np.ndarray, end: np.ndarray, lo: float, hi: float,
+              parents: dict[int, int] | None = None) -> list[tuple[int, float, float]]:
     """Cut one thread's spans (positions into ``start``/``end``) so that every instant in
     ``[lo, hi]`` belongs to the innermost span covering it: (span, from, to), in time order.
     Of spans with equal starts the longer is the outer; a span that outlives its parent (bad
-    nesting) is cut at the parent's end."""
+    nesting) is cut at the parent's end. ``parents``, if given, gets each nested span's
+    innermost enclosing one."""
     order = np.lexsort((-end, start))
     pieces: list[tuple[int, float, float]] = []
     stack: list[int] = []
@@ -173,6 +175,8 @@ def _segments(start: np.ndarray, end: np.ndarray, lo: float, hi: float
             stack.pop()
         emit(s)
         t = max(t, s)
+        if parents is not None and stack:
+            parents[i] = stack[-1]
         if min(float(end[i]), hi) > s:
             stack.append(i)
     while stack:
@@ -191,7 +195,8 @@ def _rank_part(p: _Prepared, rank: int, lo: float, hi: float, step_thread: int) 
         events = np.flatnonzero(p.host & inside & (trace.thread_id == thread))
         lane = f"thread {trace.threads[thread][1]}"
         previous = None
-        for k, a, b in _segments(s[events], e[events], lo, hi):
+        parents: dict[int, int] = {}
+        for k, a, b in _segments(s[events], e[events], lo, hi, parents):
             i = int(events[k])
             name = trace.names[trace.name_id[i]]
             if p.host_comm[i] and i not in part.first and s[i] >= lo:
@@ -217,11 +222,33 @@ def _rank_part(p: _Prepared, rank: int, lo: float, hi: float, step_thread: int) 
             if previous is not None:
                 part.edges.append((previous, node, EdgeKind.PROGRAM))
             previous = node
+        _after_hooks(trace, part, events, parents, hi)
     _device_lanes(p, part, lo, hi)
     _issue_and_complete(p, part)
     _untraced_waits(part)
     _step_ends(part, hi, step_lane)
     return part
+
+
+def _after_hooks(trace: RankTrace, part: _Part, events: np.ndarray, parents: dict[int, int],
+                 hi: float) -> None:
+    """For each gradient of one thread (its ``AccumulateGrad``), the last node of the autograd
+    engine's span around it: the hooks that span fires run there (DDP's Reducer copies the
+    gradient into its bucket, and launches the bucket's collective if it was the last), so a
+    bucket can launch only after them. ``events``: the thread's events, which ``parents``
+    (positions into them) nest."""
+    for child, parent in parents.items():
+        i, outer = int(events[child]), int(events[parent])
+        if i not in trace.grad_bytes or i not in part.last or not classify.evaluates_gradient(
+                trace.names[trace.name_id[outer]]):
+            continue
+        until, k = min(float(trace.end_us[outer]), hi), part.last[i]
+        lane = part.nodes[k].lane
+        # the thread's nodes were added in time order, one after another
+        while (k + 1 < len(part.nodes) and part.nodes[k + 1].lane == lane
+               and part.nodes[k + 1].start_us < until):
+            k += 1
+        part.after_hooks[i] = k
 
 
 def _device_lanes(p: _Prepared, part: _Part, lo: float, hi: float) -> None:
@@ -375,8 +402,8 @@ def rank_steps(trace: RankTrace, rank: int, keep_last_step: bool = False,
                        for i, args in zip(events, arguments, strict=True)]
         annotated = [_annotated(p, part, i, kind, args, issuer.get(i))
                      for (i, kind, _, _), args in zip(collectives, arguments, strict=True)]
-        gradients = [Gradient(rank, part.last[i], int(size)) for i, size in sorted(
-            trace.grad_bytes.items()) if i in part.last]
+        gradients = [Gradient(rank, part.last[i], int(size), part.after_hooks.get(i))
+                     for i, size in sorted(trace.grad_bytes.items()) if i in part.last]
         found.append(RankStep(number, name, lo, part, collectives, annotated, gradients))
     return found
 
@@ -439,7 +466,9 @@ def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> 
         collectives += [msgspec.structs.replace(
             c, arrive=c.arrive + at, transfer=c.transfer + at, nodes=[k + at for k in c.nodes],
             issue=[k + at for k in c.issue]) for c in member.annotated]
-        gradients += [msgspec.structs.replace(g, node=g.node + at) for g in member.gradients]
+        gradients += [msgspec.structs.replace(
+            g, node=g.node + at, after_hooks=None if g.after_hooks is None else g.after_hooks + at)
+            for g in member.gradients]
     members: dict[tuple[str, str], dict[int, tuple[list[int], list[int | None]]]] = {}
     for position, member in enumerate(parts):
         for i, kind, group, sequence in member.collectives:

@@ -207,7 +207,7 @@ def buckets_of(graph: StepGraph, grads: RankGradients, cap_mib: float,
     for bucket in buckets:
         members = [grads.gradients[by_registration[k]] for k in bucket]
         sizes.append(sum(g.size_bytes for g in members))
-        ready = max(members, key=lambda g: graph.nodes[g.node].end_us).node
+        ready = max(members, key=lambda g: graph.nodes[g.launchable].end_us).launchable
         anchors.append(ready if not anchors or graph.nodes[ready].end_us >=
                        graph.nodes[anchors[-1]].end_us else anchors[-1])
     return sizes, anchors

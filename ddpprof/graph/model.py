@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 SCHEMA = "ddpprof.step-graph"
-VERSION = 2
+VERSION = 3
 
 
 class NodeKind(StrEnum):
@@ -80,11 +80,20 @@ class Collective(msgspec.Struct, frozen=True):
 
 
 class Gradient(msgspec.Struct, frozen=True):
-    """A parameter's gradient became ready: the last node of its ``AccumulateGrad``."""
+    """A parameter's gradient became ready: the last node of its ``AccumulateGrad``;
+    ``after_hooks``: the last node of the autograd engine's span around it, where the hooks it
+    fires end (DDP's Reducer copies the gradient into its bucket there): a bucket holding it
+    launches after that (None: no such span; then after ``node``)."""
 
     rank: int
     node: int
     size_bytes: int
+    after_hooks: int | None = None
+
+    @property
+    def launchable(self) -> int:
+        """The node after which a bucket holding this gradient can launch."""
+        return self.node if self.after_hooks is None else self.after_hooks
 
 
 class StepGraph(msgspec.Struct, frozen=True):

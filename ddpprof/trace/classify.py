@@ -444,6 +444,13 @@ def names_device_backend_span(name: str) -> bool:
     return backend is not None and backend not in HOST_BACKENDS
 
 
+def evaluates_gradient(name: str) -> bool:
+    """The autograd engine's span around a parameter's ``AccumulateGrad`` and the hooks it
+    fires (DDP's Reducer copying the gradient into its bucket, a post-accumulate hook):
+    ``autograd::engine::evaluate_function: torch::autograd::AccumulateGrad``."""
+    return name.startswith(BACKWARD_OP_PREFIX) and name.endswith(GRAD_READY)
+
+
 def keeps_call_arguments(name: str) -> bool:
     """Events whose arguments the loader keeps (sizes, groups, sequence numbers): collective
     spans and the gradient-ready op. Device kernels that declare a ``Collective name`` are
