@@ -156,11 +156,13 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
     remedy = (f"Make the gradient buckets smaller (DDP's bucket_cap_mb={cap:g}, or smaller "
               f"FSDP units): {basis}" if _foreign(run) else f"Use --bucket-cap-mib {cap:g} "
               f"({basis})")
+    # past 100 %: launched after backward's last gradient (the Reducer copies it first)
+    when = (f"starts {100 * lateness:.0f}% into backward, so little can overlap" if lateness < 1
+            else "starts only after backward's last gradient, so none of it overlaps backward")
     return _finding(
         run, "bucket_cap_too_large", _exposed_share(rank),
         f"{len(timeline.buckets)} bucket(s) for {_mb(total)} of gradients: the first gradient "
-        f"reduction starts {100 * lateness:.0f}% into backward, so little can overlap. "
-        f"{remedy}.",
+        f"reduction {when}. {remedy}.",
         [Evidence("buckets_per_step", len(timeline.buckets)),
          Evidence("gradient_bytes_per_step", total, "B"),
          Evidence("first_launch_into_backward", round(100 * lateness, 1), "%"),

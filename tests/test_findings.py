@@ -42,14 +42,14 @@ def codes(folder: Path, advice: CapAdvice | None = None) -> dict[str, object]:
     return {f.code: f for f in findings([run], {run.name: advice} if advice else None)}
 
 
-def backward(base: float, late_launch: bool) -> list[dict]:
+def backward(base: float, late_launch: bool, launch_at: float = 510) -> list[dict]:
     """Backward from 100 to 500: four gradients of 1000 floats (4000 B) ready at 200, 300, 400,
-    500; then either one all-reduce of all 16000 B after backward, or four launched as each
-    gradient is ready."""
+    500; then either one all-reduce of all 16000 B at ``launch_at`` (after backward), or four
+    launched as each gradient is ready."""
     events = [span("aten::mm", base + 20, base + 100)]
     events += [grad(base + t - 10, base + t, 1000) for t in (200, 300, 400, 500)]
     if late_launch:
-        events.append(reduce(base + 510, base + 700, 4000))
+        events.append(reduce(base + launch_at, base + 700, 4000))
     else:
         events += [reduce(base + t + 5, base + t + 60, 1000) for t in (200, 300, 400, 500)]
     return events
@@ -93,6 +93,8 @@ def test_bucket_cap_too_large(tmp_path):
     assert "--bucket-cap-mib" in finding.message
     # launched at 510 µs, backward from the first gradient (200) to the last (500): 103.3 %
     assert {e.name: e.value for e in finding.evidence}["first_launch_into_backward"] == 103.3
+    assert "starts only after backward's last gradient, so none of it overlaps" in \
+        finding.message
     # with the simulator's prediction, the cap it names and its gain
     advice = CapAdvice(half_bandwidth_bytes=None,
                        replay=CapReplay(current_cap_mb=25, best_cap_mb=1, current_step_ms=10,
@@ -100,6 +102,10 @@ def test_bucket_cap_too_large(tmp_path):
     advised = codes(tmp_path / "late", advice)["bucket_cap_too_large"]
     assert "--bucket-cap-mib 1 " in advised.message
     assert advised.estimated_gain_pct == pytest.approx(20)
+    # launched at 450, before the last gradient: (450 − 200) / (500 − 200) = 83 %
+    inside = codes(cpu_run(tmp_path / "inside", lambda b, r: backward(b, True, launch_at=450),
+                           manifest=RECORDED))["bucket_cap_too_large"]
+    assert "starts 83% into backward, so little can overlap" in inside.message
     early = codes(cpu_run(tmp_path / "early", lambda b, r: backward(b, late_launch=False)))
     assert "bucket_cap_too_large" not in early
 

@@ -91,26 +91,55 @@ def test_each_edit_by_hand(tmp_path):
         pytest.approx(1100)
 
 
-def test_a_bucket_launches_after_its_last_gradients_hooks(tmp_path):
+def test_a_bucket_is_launched_and_copied_back_as_ddps_reducer_does(tmp_path):
     """PyTorch DDP's Reducer copies each gradient into its bucket (a 20 µs mul) inside the
-    autograd engine's span around its ``AccumulateGrad``, before it launches the bucket: a
-    bucket re-made at another cap launches after that copy, not when the gradient is
-    accumulated."""
+    autograd engine's span around its ``AccumulateGrad``, before it launches the bucket; after
+    backward it copies each bucket back into the gradients once that bucket's all-reduce has
+    ended. A bucket re-made at another cap launches after the first copy, and the copies back
+    wait for the bucket that now holds their gradients."""
     traces = {rank: load(path) for rank, path in enumerate(tb.reducer_buckets(tmp_path))}
     (graph,), _ = step_graphs(traces)
     hooks_end = [graph.nodes[g.launchable] for g in graph.gradients if g.rank == 0]
     assert [(n.name, n.end_us) for n in hooks_end] == [("c10d::allreduce_", 340),
                                                        ("c10d::allreduce_", 680)]
+    copies = [graph.nodes[c.node] for c in graph.bucket_copies if c.rank == 0]
+    assert [(n.name, n.start_us) for n in copies] == [("aten::copy_", 680), ("aten::copy_", 790)]
     none = Tax.none()
-    # a bucket per gradient: as recorded (launched where they were)
+    # a bucket per gradient: as recorded (launched and copied back where they were)
     assert replay_edited(graph, none, rebucketing=rebucketed(graph, 0.05),
                          cost=COST).step_us == pytest.approx(1000)
     # one bucket: the c10d ops take no time (mm 330-630, gradient 2 630-640, mul 640-660),
-    # the issue 660-670, the 200,000-byte all-reduce 670-870, the wait 10 µs after it (880),
-    # the optimizer 890-990, the step's end 100 µs later: 1090 (launched when gradient 2 was
-    # accumulated, at 640, it would end at 1070)
+    # the issue 660-670, the 200,000-byte all-reduce 670-870; the copy out of bucket 1 waits
+    # for it (870-880), the wait ends 10 µs after it (880), the second copy 880-890, the
+    # optimizer 890-990, the step's end 100 µs later: 1090. Launched when gradient 2 was
+    # accumulated (640) the step would end at 1070; with the first copy where it was recorded
+    # (right after the last launch) that copy would run at 670-680, beside the all-reduce.
     one = replay_edited(graph, none, rebucketing=rebucketed(graph, 1.0), cost=COST)
     assert (one.step_us, one.buckets) == (pytest.approx(1090), 1)
+    first_copy = graph.bucket_copies[0].node
+    assert (one.schedule.start_us[first_copy] - graph.origin_us,
+            one.schedule.end_us[first_copy] - graph.origin_us) == (pytest.approx(870),
+                                                                   pytest.approx(880))
+
+
+def test_a_wait_before_a_copy_out_of_a_bucket_is_not_replayed_twice(tmp_path):
+    """The Reducer's wait for bucket 2 leaves no span: the thread idles from 690 and copies
+    bucket 2 at 1080, 300 µs after bucket 2's all-reduce ended (too late for the graph to see
+    a wait: ``build.WAKE_UP_SLACK_US``), then the optimizer 1090-1190; the step ends at 1300."""
+    paths = tb.reducer_buckets(tmp_path, untraced_wake_up_us=300)
+    traces = {rank: load(path) for rank, path in enumerate(paths)}
+    (graph,), _ = step_graphs(traces)
+    none = Tax.none()
+    assert replay_edited(graph, none).step_us == pytest.approx(1300)
+    # at the recorded cap the idle gap becomes the wait for bucket 2 plus the 300 µs wake-up:
+    # copy 2 at 780 + 300 = 1080, as recorded
+    assert replay_edited(graph, none, rebucketing=rebucketed(graph, 0.05),
+                         cost=COST).step_us == pytest.approx(1300)
+    # one bucket: the all-reduce 670-870, copy 1 870-880; bucket 2's gradient is in the one
+    # bucket, which copy 1 waited for already: copy 2 880-890, the optimizer 890-990, the end
+    # 110 µs later, 1100 (keeping the recorded 390 µs idle gap would end it at 1490)
+    one = replay_edited(graph, none, rebucketing=rebucketed(graph, 1.0), cost=COST)
+    assert one.step_us == pytest.approx(1100)
 
 
 def test_overlap_over_steps_as_analyze_measures_a_window():

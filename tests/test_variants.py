@@ -224,7 +224,7 @@ def test_the_simulator_buckets_as_the_variants_do():
                                          float(t), 1.0) for t in range(len(ready))], [])
     grads = RankGradients([Gradient(0, t, sizes[i]) for t, i in enumerate(ready)], registration,
                           grad_dtypes)
-    launched, anchors = buckets_of(graph, grads, cap_mib)
+    launched, anchors, _ = buckets_of(graph, grads, cap_mib)
     assert launched == [sum(sizes[i] for i in b) for b in buckets]
     # each launches once its last gradient is ready and the buckets before it have launched
     assert anchors == list(itertools.accumulate(

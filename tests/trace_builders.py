@@ -75,13 +75,21 @@ def two_buckets(folder: Path) -> list[Path]:
     return paths
 
 
-def reducer_buckets(folder: Path) -> list[Path]:
+BUCKET_TO_GRAD = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
+
+
+def reducer_buckets(folder: Path, untraced_wake_up_us: float | None = None) -> list[Path]:
     """``two_buckets`` as PyTorch DDP records it: each gradient's ``AccumulateGrad`` sits in
     the autograd engine's span with the hook the Reducer fires, which first copies the
-    gradient into its bucket (``aten::mul``, 20 µs) and then launches the bucket. Thread 1:
-    mm 0-300, [evaluate 300-340: gradient 1 300-310, mul 310-330, c10d 330-340], mm 340-640,
-    [evaluate 640-680: gradient 2 640-650, mul 650-670, c10d 670-680], a wait 680-790, the
-    optimizer 800-900, in ProfilerStep#1 0-1000; gloo's thread 9: 340-440 and 680-780."""
+    gradient into its bucket (``aten::mul``, 20 µs) and then launches the bucket; after
+    backward the Reducer copies each reduced bucket back into its gradient, bucket by bucket,
+    each after waiting for its all-reduce. Thread 1: mm 0-300, [evaluate 300-340: gradient 1
+    300-310, mul 310-330, c10d 330-340], mm 340-640, [evaluate 640-680: gradient 2 640-650,
+    mul 650-670, c10d 670-680], copy out of bucket 1 680-690, a wait 690-790, copy out of
+    bucket 2 790-800, the optimizer 800-900, in ProfilerStep#1 0-1000; gloo's thread 9:
+    340-440 and 680-780. With ``untraced_wake_up_us`` w, the wait leaves no span: the thread is
+    idle from 690 until it copies bucket 2 w µs after its all-reduce ended (780 + w, for 10 µs),
+    then runs the optimizer (100 µs); the step ends 110 µs after that."""
     evaluate = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
     paths = []
     for rank in (0, 1):
@@ -92,9 +100,17 @@ def reducer_buckets(folder: Path) -> list[Path]:
                        span("aten::mul", at + 10, at + 30),
                        span("c10d::allreduce_", at + 30, at + 40),
                        span("gloo:all_reduce", at + 40, at + 140, tid=9, **GRADIENT_100KB)]
+        second = 790 if untraced_wake_up_us is None else 780 + untraced_wake_up_us
+        end = 1000 if untraced_wake_up_us is None else second + 220
+        events[:2] = [step(1, 0, end), step(2, end, end + 100)]
+        for at in (680, second):
+            events += [span(BUCKET_TO_GRAD, at, at + 10, cat="user_annotation"),
+                       span("aten::copy_", at, at + 10)]
         events += [span("aten::mm", 340, 640),
-                   span("ddpprof::wait", 680, 790, cat="user_annotation"),
-                   span("Optimizer.step#AdamW.step", 800, 900, cat="user_annotation")]
+                   span("Optimizer.step#AdamW.step", second + 10, second + 110,
+                        cat="user_annotation")]
+        if untraced_wake_up_us is None:
+            events.append(span("ddpprof::wait", 690, 790, cat="user_annotation"))
         paths.append(write_trace(folder / f"rank{rank}.json", events, rank=rank))
     return paths
 

@@ -28,6 +28,9 @@ traces. Pure: no I/O. What becomes a node and an edge is defined in ``docs/criti
   completion edge from that collective.
 * **Step start and end**: a zero-length node per rank at its ProfilerStep's start, before
   every lane's first node, and one at its end, after every lane's last node.
+* **What re-bucketing needs** (``graph.edit``): each gradient (its ``AccumulateGrad``) and the
+  end of the hooks the autograd engine ran with it (``Gradient.after_hooks``), and each copy
+  of a reduced gradient out of DDP's buckets (``StepGraph.bucket_copies``).
 """
 
 from __future__ import annotations
@@ -45,7 +48,17 @@ from ..trace import classify
 from ..trace.classify import KernelClassifier, Kind
 from ..trace.events import CommArgs, RankTrace
 from ..trace.structure import launching_host_event, nested_in
-from .model import Collective, EdgeKind, Gradient, Node, NodeKind, StepGraph, recorded_graph
+from .marks import thread_marks
+from .model import (
+    BucketCopy,
+    Collective,
+    EdgeKind,
+    Gradient,
+    Node,
+    NodeKind,
+    StepGraph,
+    recorded_graph,
+)
 
 #: A collective counts as awaited by a wait that returned up to this long (µs) before the
 #: collective's span was closed: the backend closes its span after waking the waiter.
@@ -141,6 +154,7 @@ class _Part:
     collectives: list[int] = field(default_factory=list)   # collective events, by start
     blocking_waits: dict[int, int] = field(default_factory=dict)  # issue node -> its wait
     after_hooks: dict[int, int] = field(default_factory=dict)  # gradient -> its hooks' end
+    bucket_copies: list[int] = field(default_factory=list)  # copy out of a bucket -> its node
 
     def add(self, node: Node) -> int:
         self.nodes.append(node)
@@ -196,6 +210,7 @@ def _rank_part(p: _Prepared, rank: int, lo: float, hi: float, step_thread: int) 
         lane = f"thread {trace.threads[thread][1]}"
         previous = None
         parents: dict[int, int] = {}
+        first_node = len(part.nodes)
         for k, a, b in _segments(s[events], e[events], lo, hi, parents):
             i = int(events[k])
             name = trace.names[trace.name_id[i]]
@@ -222,33 +237,15 @@ def _rank_part(p: _Prepared, rank: int, lo: float, hi: float, step_thread: int) 
             if previous is not None:
                 part.edges.append((previous, node, EdgeKind.PROGRAM))
             previous = node
-        _after_hooks(trace, part, events, parents, hi)
+        hooks_end, copies = thread_marks(trace, part.nodes[first_node:], events, parents, hi)
+        part.after_hooks.update((i, first_node + k) for i, k in hooks_end.items()
+                                if i in part.last)
+        part.bucket_copies += [first_node + k for k in copies]
     _device_lanes(p, part, lo, hi)
     _issue_and_complete(p, part)
     _untraced_waits(part)
     _step_ends(part, hi, step_lane)
     return part
-
-
-def _after_hooks(trace: RankTrace, part: _Part, events: np.ndarray, parents: dict[int, int],
-                 hi: float) -> None:
-    """For each gradient of one thread (its ``AccumulateGrad``), the last node of the autograd
-    engine's span around it: the hooks that span fires run there (DDP's Reducer copies the
-    gradient into its bucket, and launches the bucket's collective if it was the last), so a
-    bucket can launch only after them. ``events``: the thread's events, which ``parents``
-    (positions into them) nest."""
-    for child, parent in parents.items():
-        i, outer = int(events[child]), int(events[parent])
-        if i not in trace.grad_bytes or i not in part.last or not classify.evaluates_gradient(
-                trace.names[trace.name_id[outer]]):
-            continue
-        until, k = min(float(trace.end_us[outer]), hi), part.last[i]
-        lane = part.nodes[k].lane
-        # the thread's nodes were added in time order, one after another
-        while (k + 1 < len(part.nodes) and part.nodes[k + 1].lane == lane
-               and part.nodes[k + 1].start_us < until):
-            k += 1
-        part.after_hooks[i] = k
 
 
 def _device_lanes(p: _Prepared, part: _Part, lo: float, hi: float) -> None:
@@ -458,6 +455,7 @@ def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> 
     offsets = []
     collectives: list[Collective] = []
     gradients: list[Gradient] = []
+    copies: list[BucketCopy] = []
     for member in parts:
         offsets.append(len(nodes))
         at = offsets[-1]
@@ -469,6 +467,7 @@ def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> 
         gradients += [msgspec.structs.replace(
             g, node=g.node + at, after_hooks=None if g.after_hooks is None else g.after_hooks + at)
             for g in member.gradients]
+        copies += [BucketCopy(member.part.rank, k + at) for k in member.part.bucket_copies]
     members: dict[tuple[str, str], dict[int, tuple[list[int], list[int | None]]]] = {}
     for position, member in enumerate(parts):
         for i, kind, group, sequence in member.collectives:
@@ -493,4 +492,4 @@ def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> 
                 edges.extend((arrives[j], transfer, EdgeKind.ARRIVAL) for j in arrives
                              if j != k)
     notes.extend(f"{step}: {line}" for line in unmatched)
-    return recorded_graph(step, origin, nodes, edges, collectives, gradients)
+    return recorded_graph(step, origin, nodes, edges, collectives, gradients, copies)

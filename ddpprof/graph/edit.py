@@ -14,8 +14,9 @@ gradients (its last backward pass's ``AccumulateGrad`` nodes, in registration or
 grouped by ``variants.bucketing.assign_buckets`` at the new cap; bucket b gets
 
 * an issue node on the thread of its last-ready gradient, right after the later of that
-  gradient's node and bucket b−1's issue (a bucket launches once it is full and every bucket
-  before it has launched), lasting the median of the removed issue ops;
+  gradient's hooks (``Gradient.launchable``: DDP's Reducer copies it into the bucket first)
+  and bucket b−1's issue (a bucket launches once it is full and every bucket before it has
+  launched), lasting the median of the removed issue ops;
 * an arrive and a transfer node on the rank's communication lanes, bucket b on lane
   ``b mod K`` after bucket b−K's transfer (K: the lanes the removed collectives used; gloo runs
   two worker threads), arriving the median recorded issue gap after its issue; its transfer
@@ -25,6 +26,9 @@ grouped by ``variants.bucketing.assign_buckets`` at the new cap; bucket b gets
 * completion edges into the waits that waited for the removed collectives: of m such waits
   in time order, the j-th waits for buckets 1 to ⌈jB/m⌉, the last for all (a rank with none
   waits before its optimizer).
+* where DDP's Reducer copied the reduced buckets back into the gradients
+  (``StepGraph.bucket_copies``: one per gradient, bucket by bucket in launch order), an edge
+  from bucket b's transfer into the first copy of its gradients.
 
 All-gathers (ZeRO-1, -2) get the same per bucket after the optimizer, issued where the first
 removed all-gather was.
@@ -174,11 +178,12 @@ def rebucket(edit: Editable, plan: Rebucket, cost: CollectiveCost, world_size: i
         if not before:
             continue
         removed = _remove(edit, [*before, *after])
-        sizes, anchors = buckets_of(graph, grads, plan.cap_mib, plan.ready_order)
+        sizes, anchors, counts = buckets_of(graph, grads, plan.cap_mib, plan.ready_order)
         template = _Template.of(edit, before, removed)
         new[rank] = template.launch(edit, anchors, sizes, plan.gradient_kind, cost,
                                     world_size)
         template.complete(edit, before, new[rank], removed, anchors)
+        _copies_after_buckets(edit, rank, counts, new[rank], before)
         if after:
             gathers = _Template.of(edit, after, removed)
             first_issue = next((k for c in after for k in c.issue), None)
@@ -192,9 +197,10 @@ def rebucket(edit: Editable, plan: Rebucket, cost: CollectiveCost, world_size: i
 
 
 def buckets_of(graph: StepGraph, grads: RankGradients, cap_mib: float,
-               ready_order: bool = False) -> tuple[list[int], list[int]]:
-    """Each bucket's bytes, in launch order, and the node after which it launches: the later
-    of its last-ready gradient's and the bucket before it's (buckets launch in order)."""
+               ready_order: bool = False) -> tuple[list[int], list[int], list[int]]:
+    """Each bucket's bytes, in launch order, the node after which it launches (the later of
+    its last-ready gradient's hooks' and the bucket before it's: buckets launch in order), and
+    how many gradients it holds."""
     count = len(grads.gradients)
     by_registration = sorted(range(count), key=lambda i: grads.registration[i])
     position = {i: k for k, i in enumerate(by_registration)}
@@ -210,7 +216,44 @@ def buckets_of(graph: StepGraph, grads: RankGradients, cap_mib: float,
         ready = max(members, key=lambda g: graph.nodes[g.launchable].end_us).launchable
         anchors.append(ready if not anchors or graph.nodes[ready].end_us >=
                        graph.nodes[anchors[-1]].end_us else anchors[-1])
-    return sizes, anchors
+    return sizes, anchors, [len(bucket) for bucket in buckets]
+
+
+def _copies_after_buckets(edit: Editable, rank: int, counts: list[int],
+                          launched: list[tuple[int, int]], removed: list[Collective]) -> None:
+    """DDP's Reducer copies the reduced gradients out of its buckets bucket by bucket, in
+    launch order, each bucket's after waiting for its collective: the first copy of bucket b
+    waits for bucket b's transfer. A recorded gap on the thread before a copy (since the copy
+    before it) in which a removed collective of the rank ended was such a wait: it goes, and the
+    time from that collective's end to the gap's end (the thread's wake-up) is kept on the new
+    wait. Only where the rank's copies are one per gradient of the buckets (else they stay where
+    they were recorded)."""
+    copies = [c.node for c in edit.graph.bucket_copies if c.rank == rank]
+    if len(copies) != sum(counts):
+        return
+    nodes = edit.nodes
+    ended = sorted(nodes[c.transfer].end_us for c in removed)
+    into = {e.dst: k for k, e in enumerate(edit.edges) if e.kind == EdgeKind.PROGRAM}
+    wake: dict[int, float] = {}
+    for before, copy in zip([None, *copies], copies, strict=False):
+        node = copy
+        # back along the thread to the copy before (the Reducer's views of a bucket come
+        # between a wait and its copies)
+        while node != before and node in into:
+            k = into[node]
+            e = edit.edges[k]
+            waited = [t for t in ended if nodes[e.src].end_us < t <= nodes[node].start_us]
+            if e.gap_us > 0 and waited:
+                wake[copy] = nodes[node].start_us - waited[-1]
+                edit.edges[k] = Edge(e.src, e.dst, e.kind, 0.0)
+            if nodes[e.src].end_us < min(ended, default=math.inf):
+                break       # before every removed collective ended: nothing it waited for
+            node = e.src
+    first = 0
+    for count, (_, transfer) in zip(counts, launched, strict=True):
+        edit.edges.append(Edge(transfer, copies[first], EdgeKind.COMPLETE,
+                               wake.get(copies[first], 0.0)))
+        first += count
 
 
 @dataclass

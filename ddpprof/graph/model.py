@@ -96,10 +96,18 @@ class Gradient(msgspec.Struct, frozen=True):
         return self.node if self.after_hooks is None else self.after_hooks
 
 
+class BucketCopy(msgspec.Struct, frozen=True):
+    """DDP's Reducer copied a reduced gradient out of its bucket (``copy_bucket_to_grad``,
+    after the bucket's collective): the first node of its thread at or after that copy."""
+
+    rank: int
+    node: int
+
+
 class StepGraph(msgspec.Struct, frozen=True):
     """One step's graph: ``origin_us`` is the earliest rank's step start, the time every
-    critical path is measured from. ``collectives`` and ``gradients`` name what a replay with
-    another bucket cap replaces (``graph.edit``)."""
+    critical path is measured from. ``collectives``, ``gradients`` and ``bucket_copies`` name
+    what a replay with another bucket cap replaces (``graph.edit``)."""
 
     step: str
     origin_us: float
@@ -107,6 +115,7 @@ class StepGraph(msgspec.Struct, frozen=True):
     edges: list[Edge]
     collectives: list[Collective] = []
     gradients: list[Gradient] = []
+    bucket_copies: list[BucketCopy] = []
     schema: str = SCHEMA
     version: int = VERSION
 
@@ -178,7 +187,8 @@ def topological_order(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 def recorded_graph(step: str, origin_us: float, nodes: list[Node],
                    edges: list[tuple[int, int, EdgeKind]],
                    collectives: list[Collective] | None = None,
-                   gradients: list[Gradient] | None = None) -> StepGraph:
+                   gradients: list[Gradient] | None = None,
+                   bucket_copies: list[BucketCopy] | None = None) -> StepGraph:
     """The graph of recorded ``nodes`` and ``edges`` with the gaps and releases that make its
     unchanged replay give back the recorded times (see the module's docstring). Of edges whose
     sources ended at the same time, the first listed binds."""
@@ -194,4 +204,5 @@ def recorded_graph(step: str, origin_us: float, nodes: list[Node],
         gapped.append(Edge(src, dst, kind, gap if binding[dst] == k else min(0.0, gap)))
     released = [msgspec.structs.replace(node, release_us=None if i in incoming
                                         else node.start_us) for i, node in enumerate(nodes)]
-    return StepGraph(step, origin_us, released, gapped, collectives or [], gradients or [])
+    return StepGraph(step, origin_us, released, gapped, collectives or [], gradients or [],
+                     bucket_copies or [])

@@ -94,6 +94,8 @@ HOST_ISSUE_CATEGORIES = frozenset({"cpu_op", "cuda_runtime", "cuda_driver", "use
                                    None})
 #: The autograd op that finishes a parameter's gradient: where its post-accumulate hook fires.
 GRAD_READY = "torch::autograd::AccumulateGrad"
+#: DDP's Reducer copying one reduced gradient out of its bucket (after that bucket's collective).
+BUCKET_TO_GRADIENT = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
 #: Matrix products whose FLOPs the loader computes from their shapes (``simulate`` compares the
 #: same product's speed with and without a collective in flight): the position of the first
@@ -449,6 +451,12 @@ def evaluates_gradient(name: str) -> bool:
     fires (DDP's Reducer copying the gradient into its bucket, a post-accumulate hook):
     ``autograd::engine::evaluate_function: torch::autograd::AccumulateGrad``."""
     return name.startswith(BACKWARD_OP_PREFIX) and name.endswith(GRAD_READY)
+
+
+def copies_bucket_to_gradient(name: str) -> bool:
+    """DDP's Reducer copying a reduced gradient out of its bucket: it waited for the bucket's
+    collective first (``finalize_backward``, bucket by bucket in launch order)."""
+    return name == BUCKET_TO_GRADIENT
 
 
 def keeps_call_arguments(name: str) -> bool:
