@@ -224,30 +224,29 @@ def _copies_after_buckets(edit: Editable, rank: int, counts: list[int],
     """DDP's Reducer copies the reduced gradients out of its buckets bucket by bucket, in
     launch order, each bucket's after waiting for its collective: the first copy of bucket b
     waits for bucket b's transfer. A recorded gap on the thread before a copy (since the copy
-    before it) in which a removed collective of the rank ended was such a wait: it goes, and the
-    time from that collective's end to the gap's end (the thread's wake-up) is kept on the new
-    wait. Only where the rank's copies are one per gradient of the buckets (else they stay where
-    they were recorded)."""
+    before it, or the last removed issue) in which a removed collective of the rank ended was
+    such a wait: it goes, and the time from that collective's end to the gap's end (the
+    thread's wake-up) is kept on the new wait. Only where the rank's copies are one per gradient
+    of the buckets (else they stay where they were recorded)."""
     copies = [c.node for c in edit.graph.bucket_copies if c.rank == rank]
     if len(copies) != sum(counts):
         return
     nodes = edit.nodes
     ended = sorted(nodes[c.transfer].end_us for c in removed)
+    issues = {k for c in removed for k in c.issue}
     into = {e.dst: k for k, e in enumerate(edit.edges) if e.kind == EdgeKind.PROGRAM}
     wake: dict[int, float] = {}
-    for before, copy in zip([None, *copies], copies, strict=False):
+    for previous, copy in zip([None, *copies], copies, strict=False):
         node = copy
-        # back along the thread to the copy before (the Reducer's views of a bucket come
-        # between a wait and its copies)
-        while node != before and node in into:
+        # back along the thread (the Reducer's views of a bucket come between its wait and
+        # its copies)
+        while node != previous and node not in issues and node in into:
             k = into[node]
             e = edit.edges[k]
             waited = [t for t in ended if nodes[e.src].end_us < t <= nodes[node].start_us]
             if e.gap_us > 0 and waited:
                 wake[copy] = nodes[node].start_us - waited[-1]
                 edit.edges[k] = Edge(e.src, e.dst, e.kind, 0.0)
-            if nodes[e.src].end_us < min(ended, default=math.inf):
-                break       # before every removed collective ended: nothing it waited for
             node = e.src
     first = 0
     for count, (_, transfer) in zip(counts, launched, strict=True):
