@@ -92,6 +92,7 @@ class _Prepared:
     launch_of: dict[int, int]    # kernel event -> its launch event
     issued_by: dict[int, int]    # backend span -> the c10d op that issued it
     steps: list[tuple[int, str, float, float, int]]  # (number, name, start, end, thread)
+    bucket_copies: np.ndarray    # DDP's copies of reduced gradients out of their buckets
 
 
 def prepare(trace: RankTrace, keep_last_step: bool = False,
@@ -129,7 +130,8 @@ def prepare(trace: RankTrace, keep_last_step: bool = False,
         steps = [(-1, "whole trace", float(trace.start_us.min()), float(trace.end_us.max()),
                   busiest)]
     return _Prepared(trace, stream, host, kernels, kinds, host_comm, waits, issuing,
-                     in_host_comm, in_host_wait, gpu, launch_of, issued_by, steps)
+                     in_host_comm, in_host_wait, gpu, launch_of, issued_by, steps,
+                     classify.per_name(trace, classify.copies_bucket_to_gradient))
 
 
 def _launches(trace: RankTrace, stream: np.ndarray, kernels: np.ndarray) -> dict[int, int]:
@@ -237,7 +239,8 @@ def _rank_part(p: _Prepared, rank: int, lo: float, hi: float, step_thread: int) 
             if previous is not None:
                 part.edges.append((previous, node, EdgeKind.PROGRAM))
             previous = node
-        hooks_end, copies = thread_marks(trace, part.nodes[first_node:], events, parents, hi)
+        hooks_end, copies = thread_marks(trace, part.nodes[first_node:], events, parents, hi,
+                                         events[p.bucket_copies[events]])
         part.after_hooks.update((i, first_node + k) for i, k in hooks_end.items()
                                 if i in part.last)
         part.bucket_copies += [first_node + k for k in copies]

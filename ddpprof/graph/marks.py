@@ -15,17 +15,18 @@ from .model import Node
 
 
 def thread_marks(trace: RankTrace, nodes: list[Node], events: np.ndarray,
-                 parents: dict[int, int], hi: float) -> tuple[dict[int, int], list[int]]:
+                 parents: dict[int, int], hi: float, copies: np.ndarray
+                 ) -> tuple[dict[int, int], list[int]]:
     """For one thread: ``nodes``, its nodes in time order; ``events``, its events, which
-    ``parents`` (positions into ``events``) nest; ``hi``, the step's end.
+    ``parents`` (positions into ``events``) nest; ``hi``, the step's end; ``copies``, its
+    events that copy a reduced gradient out of a bucket (``classify.copies_bucket_to_gradient``).
 
     * each gradient's (``AccumulateGrad`` event's) *hooks' end*: the last node inside the
       autograd engine's span around it (``classify.evaluates_gradient``), where the hooks that
       span fires run (DDP's Reducer copies the gradient into its bucket, then launches the
       bucket if it was the last);
-    * each copy out of a bucket (``classify.copies_bucket_to_gradient``), in time order, as the
-      first node at or after its start (a copy too short to be a node of its own still orders
-      the nodes after it).
+    * each copy, in time order, as the first node at or after its start (a copy too short to
+      be a node of its own still orders the nodes after it).
 
     Both as positions into ``nodes``."""
     starts = [node.start_us for node in nodes]
@@ -37,7 +38,5 @@ def thread_marks(trace: RankTrace, nodes: list[Node], events: np.ndarray,
             k = bisect.bisect_left(starts, min(float(trace.end_us[outer]), hi)) - 1
             if k >= 0:
                 hooks_end[i] = k
-    copies = sorted(float(trace.start_us[i]) for i in events.tolist()
-                     if classify.copies_bucket_to_gradient(trace.names[trace.name_id[i]]))
-    at = [bisect.bisect_left(starts, start) for start in copies]
+    at = [bisect.bisect_left(starts, start) for start in np.sort(trace.start_us[copies]).tolist()]
     return hooks_end, [k for k in at if k < len(nodes)]
