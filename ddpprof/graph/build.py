@@ -48,17 +48,9 @@ from ..trace import classify
 from ..trace.classify import KernelClassifier, Kind
 from ..trace.events import CommArgs, RankTrace
 from ..trace.structure import launching_host_event, nested_in
+from . import model
 from .marks import thread_marks
-from .model import (
-    BucketCopy,
-    Collective,
-    EdgeKind,
-    Gradient,
-    Node,
-    NodeKind,
-    StepGraph,
-    recorded_graph,
-)
+from .model import Collective, EdgeKind, Gradient, Node, NodeKind, StepGraph, recorded_graph
 
 #: A collective counts as awaited by a wait that returned up to this long (µs) before the
 #: collective's span was closed: the backend closes its span after waking the waiter.
@@ -93,6 +85,7 @@ class _Prepared:
     issued_by: dict[int, int]    # backend span -> the c10d op that issued it
     steps: list[tuple[int, str, float, float, int]]  # (number, name, start, end, thread)
     bucket_copies: np.ndarray    # DDP's copies of reduced gradients out of their buckets
+    gradients: np.ndarray        # the gradients' AccumulateGrad events
 
 
 def prepare(trace: RankTrace, keep_last_step: bool = False,
@@ -129,9 +122,11 @@ def prepare(trace: RankTrace, keep_last_step: bool = False,
         busiest = int(np.bincount(trace.thread_id[host]).argmax()) if host.any() else 0
         steps = [(-1, "whole trace", float(trace.start_us.min()), float(trace.end_us.max()),
                   busiest)]
+    gradients = np.zeros(trace.n_events, dtype=bool)
+    gradients[list(trace.grad_bytes)] = True
     return _Prepared(trace, stream, host, kernels, kinds, host_comm, waits, issuing,
                      in_host_comm, in_host_wait, gpu, launch_of, issued_by, steps,
-                     classify.per_name(trace, classify.copies_bucket_to_gradient))
+                     classify.per_name(trace, classify.copies_bucket_to_gradient), gradients)
 
 
 def _launches(trace: RankTrace, stream: np.ndarray, kernels: np.ndarray) -> dict[int, int]:
@@ -164,12 +159,13 @@ class _Part:
 
 
 def _segments(start: np.ndarray, end: np.ndarray, lo: float, hi: float,
-              parents: dict[int, int] | None = None) -> list[tuple[int, float, float]]:
+              parents: dict[int, int] | None = None, of: np.ndarray | None = None
+              ) -> list[tuple[int, float, float]]:
     """Cut one thread's spans (positions into ``start``/``end``) so that every instant in
     ``[lo, hi]`` belongs to the innermost span covering it: (span, from, to), in time order.
     Of spans with equal starts the longer is the outer; a span that outlives its parent (bad
-    nesting) is cut at the parent's end. ``parents``, if given, gets each nested span's
-    innermost enclosing one."""
+    nesting) is cut at the parent's end. ``parents``, if given, gets the innermost enclosing
+    span of each nested span that ``of`` (a mask over the positions) picks."""
     order = np.lexsort((-end, start))
     pieces: list[tuple[int, float, float]] = []
     stack: list[int] = []
@@ -191,7 +187,7 @@ def _segments(start: np.ndarray, end: np.ndarray, lo: float, hi: float,
             stack.pop()
         emit(s)
         t = max(t, s)
-        if parents is not None and stack:
+        if parents is not None and stack and of is not None and of[i]:
             parents[i] = stack[-1]
         if min(float(end[i]), hi) > s:
             stack.append(i)
@@ -213,7 +209,7 @@ def _rank_part(p: _Prepared, rank: int, lo: float, hi: float, step_thread: int) 
         previous = None
         parents: dict[int, int] = {}
         first_node = len(part.nodes)
-        for k, a, b in _segments(s[events], e[events], lo, hi, parents):
+        for k, a, b in _segments(s[events], e[events], lo, hi, parents, p.gradients[events]):
             i = int(events[k])
             name = trace.names[trace.name_id[i]]
             if p.host_comm[i] and i not in part.first and s[i] >= lo:
@@ -458,7 +454,7 @@ def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> 
     offsets = []
     collectives: list[Collective] = []
     gradients: list[Gradient] = []
-    copies: list[BucketCopy] = []
+    copies: list[model.BucketCopy] = []
     for member in parts:
         offsets.append(len(nodes))
         at = offsets[-1]
@@ -470,7 +466,7 @@ def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> 
         gradients += [msgspec.structs.replace(
             g, node=g.node + at, after_hooks=None if g.after_hooks is None else g.after_hooks + at)
             for g in member.gradients]
-        copies += [BucketCopy(member.part.rank, k + at) for k in member.part.bucket_copies]
+        copies += [model.BucketCopy(member.part.rank, k + at) for k in member.part.bucket_copies]
     members: dict[tuple[str, str], dict[int, tuple[list[int], list[int | None]]]] = {}
     for position, member in enumerate(parts):
         for i, kind, group, sequence in member.collectives:

@@ -17,14 +17,14 @@ from .model import Node
 def thread_marks(trace: RankTrace, nodes: list[Node], events: np.ndarray,
                  parents: dict[int, int], hi: float, copies: np.ndarray
                  ) -> tuple[dict[int, int], list[int]]:
-    """For one thread: ``nodes``, its nodes in time order; ``events``, its events, which
-    ``parents`` (positions into ``events``) nest; ``hi``, the step's end; ``copies``, its
-    events that copy a reduced gradient out of a bucket (``classify.copies_bucket_to_gradient``).
+    """For one thread: ``nodes``, its nodes in time order; ``events``, its events;
+    ``parents``, the innermost span around each of its gradients' ``AccumulateGrad`` (positions
+    into ``events``; others are passed over); ``hi``, the step's end; ``copies``, its events
+    that copy a reduced gradient out of a bucket (``classify.copies_bucket_to_gradient``).
 
-    * each gradient's (``AccumulateGrad`` event's) *hooks' end*: the last node inside the
-      autograd engine's span around it (``classify.evaluates_gradient``), where the hooks that
-      span fires run (DDP's Reducer copies the gradient into its bucket, then launches the
-      bucket if it was the last);
+    * each gradient's *hooks' end*: the last node inside the autograd engine's span around it
+      (``classify.evaluates_gradient``), where the hooks that span fires run (DDP's Reducer
+      copies the gradient into its bucket, then launches the bucket if it was the last);
     * each copy, in time order, as the first node at or after its start (a copy too short to
       be a node of its own still orders the nodes after it).
 
