@@ -265,7 +265,7 @@ def run(config: RunConfig, folder: RunFolder) -> None:
         # The mean over ranks, not the slowest rank's: the ranks wait for each other at every
         # collective, so over consecutive steps each rank's steps last as long as the period;
         # a step's maximum over ranks would add that step's jitter between them every time
-        # (10 to 23% on 3 ranks sharing 2 cores, against the traces' step period).
+        # (up to 21% on 3 ranks sharing 2 cores, against the traces' step period).
         dist.all_reduce(step_times, op=dist.ReduceOp.SUM)
         step_times /= world_size
         dist.all_reduce(sync_times, op=dist.ReduceOp.MAX)

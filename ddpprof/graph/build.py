@@ -237,8 +237,7 @@ def _rank_part(p: _Prepared, rank: int, lo: float, hi: float, step_thread: int) 
             previous = node
         hooks_end, copies = thread_marks(trace, part.nodes[first_node:], events, parents, hi,
                                          events[p.bucket_copies[events]])
-        part.after_hooks.update((i, first_node + k) for i, k in hooks_end.items()
-                                if i in part.last)
+        part.after_hooks.update((i, first_node + k) for i, k in hooks_end.items())
         part.bucket_copies += [first_node + k for k in copies]
     _device_lanes(p, part, lo, hi)
     _issue_and_complete(p, part)

@@ -341,7 +341,7 @@ class _Simulation:
 
     def _together(self, node: int) -> None:
         """The running members of ``node``'s group at the slowest one's own rate."""
-        running = [k for k in self.group[node] if k in self.running and k in self.own_speed]
+        running = [k for k in self.group[node] if k in self.own_speed]   # only running ones
         slowest = min((self.own_speed[k] for k in running), default=0.0)
         for k in running:
             self.speed[k] = slowest
