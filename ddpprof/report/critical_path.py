@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from ..graph.model import NodeKind, StepGraph
-from ..graph.path import COMMUNICATION, COMPUTE, HOST, IDLE, WAITING
+from ..graph.path import COMMUNICATION, COMPUTE, HOST, IDLE, INHERITED, WAITING
 from ..graph.summary import StepPath
 from .html import layout
 from .table import Column, Table
@@ -29,6 +29,7 @@ class PathRow:
     idle_pct: float
     waiting_pct: float
     waiting_for: int | None
+    inherited_pct: float
     top_work: str
 
 
@@ -37,7 +38,8 @@ PATH_COLUMNS = (
     Column("home_rank", "ends_on", wide=True), Column("compute_pct", "compute_%"),
     Column("communication_pct", "comm_%"), Column("host_pct", "host_%"),
     Column("idle_pct", "idle_%"), Column("waiting_pct", "waiting_%"),
-    Column("waiting_for", "waits_for"), Column("top_work", "longest on the path", max_width=40))
+    Column("waiting_for", "waits_for"), Column("inherited_pct", "inherited_%"),
+    Column("top_work", "longest on the path", max_width=40))
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def path_row(step: StepPath) -> PathRow:
     return PathRow(step.run, step.step, step.step_us / 1e3, step.home_rank,
                    step.total_pct(COMPUTE), step.total_pct(COMMUNICATION),
                    step.total_pct(HOST), step.total_pct(IDLE), step.total_pct(WAITING),
-                   step.waited_for(),
+                   step.waited_for(), step.total_pct(INHERITED),
                    f"{top.name} (rank {top.rank}, {top.pct:.1f}%)" if top else "")
 
 
@@ -79,17 +81,21 @@ def summary_lines(steps: list[StepPath]) -> list[str]:
         mine = sorted((s for s in steps if s.run == run), key=lambda s: s.step_us)
         median = mine[len(mine) // 2]
         parts = sorted(((median.total_pct(c), c) for c in (COMPUTE, COMMUNICATION, HOST, IDLE,
-                                                           WAITING)), reverse=True)
+                                                           WAITING, INHERITED)), reverse=True)
         top = median.work[0] if median.work else None
+        named = {INHERITED: "inherited from the previous step (the device's queue)",
+                 IDLE: "idle (" + ", ".join(f"{row.pct:.0f}% {row.cause}"
+                                            for row in median.idle) + ")"}
         lines.append(f"{run}: the critical path of {median.step} ({median.step_us / 1e3:.2f} "
-                     f"ms) is " + ", ".join(f"{pct:.0f}% {c}" for pct, c in parts if pct >= 0.5)
+                     f"ms) is " + ", ".join(f"{pct:.0f}% {named.get(c, c)}" for pct, c in parts
+                                            if pct >= 0.5)
                      + (f"; its longest work is {top.name} on rank {top.rank} "
                         f"({top.pct:.1f}% of the step)" if top else ""))
     return lines
 
 
 _COLOURS = {COMPUTE: "#4C78A8", COMMUNICATION: "#E45756", HOST: "#F58518", IDLE: "#BAB0AC",
-            WAITING: "#B279A2"}
+            WAITING: "#B279A2", INHERITED: "#72B7B2"}
 
 
 def path_figure(graph: StepGraph, step: StepPath) -> go.Figure:
