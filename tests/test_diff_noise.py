@@ -112,7 +112,7 @@ def test_one_step_a_side_has_no_verdict():
     assert (diff.step.low_ms, diff.step.high_ms, diff.step.verdict) == (None, None, "no verdict")
     assert {p.verdict for p in diff.parts} == {"no verdict"}
     lines = report.summary_lines(diff, 0.95)
-    assert lines[1].endswith(f"no interval: {NO_VERDICT}")
+    assert lines[1].endswith(f"{b.step_ms - a.step_ms:+.2f} ms: {NO_VERDICT}")
     assert "noise: none: one step a side and no repeats, so no noise estimate exists" in \
         "\n".join(lines)
     assert "within noise" not in "\n".join(lines)
@@ -127,7 +127,7 @@ def test_cli_says_no_verdict_in_every_output(tmp_path, ddpprof_cli):
     result = ddpprof_cli("diff", str(BERT), str(B200), "--json", str(tmp_path / "d.json"),
                          "--markdown", "-")
     assert result.returncode == 0, result.stderr
-    assert f"no interval: {NO_VERDICT}" in result.stdout and "within noise" not in result.stdout
+    assert f"ms: {NO_VERDICT}" in result.stdout and "within noise" not in result.stdout
     document = json.loads((tmp_path / "d.json").read_text())
     [found] = document["pairs"]
     assert document["version"] == 2 and document["noise"]["recorded"] == {

@@ -182,9 +182,11 @@ def _rank_move(before: Sequence[RunProfile], after: Sequence[RunProfile], key: P
     return rank, moves[rank]
 
 
-def _prior_note(profiles: Sequence[RunProfile], noise: RunNoise) -> str:
+def _prior_note(profiles: Sequence[RunProfile], noise: RunNoise | None) -> str:
     """Why the prior holds for the recordings of both sides, or why not (the first recording
     not recorded like it)."""
+    if noise is None:
+        return "no run-to-run prior offered"
     if noise.recorded is None:
         return f"the run-to-run prior given ({noise.describe()})"
     for profile in profiles:
@@ -196,8 +198,8 @@ def _prior_note(profiles: Sequence[RunProfile], noise: RunNoise) -> str:
             f"({noise.describe()})")
 
 
-def noise_words(before: Sequence[RunProfile], after: Sequence[RunProfile], noise: RunNoise,
-                source: Source) -> str:
+def noise_words(before: Sequence[RunProfile], after: Sequence[RunProfile],
+                noise: RunNoise | None, source: Source) -> str:
     """Where a pair's noise came from, in words (``docs/diff.md#noise``)."""
     counts = f"{len(before)} and {len(after)} recordings"
     steps = [len(p.step_series_ms) for p in [*before, *after]]
@@ -221,11 +223,12 @@ def noise_words(before: Sequence[RunProfile], after: Sequence[RunProfile], noise
 
 
 def diff_pair(before: Sequence[RunProfile], after: Sequence[RunProfile],
-              significance: float = 0.95, noise: RunNoise = DEFAULT_NOISE,
+              significance: float = 0.95, noise: RunNoise | None = DEFAULT_NOISE,
               names: tuple[str, str] = ("A", "B")) -> PairDiff:
     """Compare two sides, each one recording or repeats of one configuration; ``names``:
-    what to call the sides. ``noise``: the run-to-run prior, used where it holds for both
-    sides (:func:`ddpprof.diff.noise.noise_source` says where the noise comes from)."""
+    what to call the sides. ``noise``: the run-to-run prior (None: none offered), used where
+    it holds for both sides; :func:`ddpprof.diff.noise.noise_source` says where the noise
+    comes from."""
     keys = list(dict.fromkeys(k for p in [*before, *after] for k in p.parts))
     present = [k for k in keys if any(
         abs(part_values(side, k)[0][i]) > 0 for side in (before, after)

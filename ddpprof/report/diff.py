@@ -88,7 +88,7 @@ def headline(pair: PairDiff, significance: float) -> str:
     change = f" ({100 * step.delta_ms / step.before_ms:+.1f}%)" if step.before_ms else ""
     if step.low_ms is None or step.high_ms is None:
         return (f"step {step.before_ms:.2f} → {step.after_ms:.2f} ms{change}, "
-                f"{_signed(step.delta_ms)} ms, no interval: {pair.verdict}")
+                f"{_signed(step.delta_ms)} ms: {pair.verdict}")
     changed = sum(p.significant for p in pair.parts)
     parts = f"{changed} part{'s' if changed != 1 else ''} beyond the noise"
     return (f"step {step.before_ms:.2f} → {step.after_ms:.2f} ms{change}, "
