@@ -11,6 +11,8 @@ import statistics
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from trace_builders import synchronized_steps
 
 from ddpprof.analysis import AnalysisOptions, analyze_paths
@@ -236,3 +238,24 @@ def test_the_gate_takes_its_noise_by_the_same_rule():
     none = verdict(made("a", [10.0]), made("b", [13.0]))
     assert (none.margin, none.noise, none.verdict) == (
         None, "none (one step a side and no repeats)", "FAIL")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.floats(0.5, 100), min_size=1, max_size=4), min_size=1, max_size=3),
+       st.lists(st.lists(st.floats(0.5, 100), min_size=1, max_size=4), min_size=1, max_size=3),
+       st.sampled_from([None, 2, 4]))
+def test_the_source_follows_the_rule_and_a_self_diff_never_changes(a, b, host_cores):
+    before = [made(f"a{k}", s, host_cores) for k, s in enumerate(a)]
+    after = [made(f"b{k}", s, host_cores) for k, s in enumerate(b)]
+    diff = diff_pair(before, after)
+    expected = "prior" if host_cores == 2 else "repeats" if max(len(a), len(b)) >= 2 else \
+        "steps" if max(len(s) for s in a + b) >= 2 else "none"
+    assert diff.noise_source == expected
+    assert (diff.verdict == NO_VERDICT) == (expected == "none")
+    for delta in (diff.step, *diff.parts):
+        if expected == "none":
+            assert delta.low_ms is None and delta.high_ms is None and not delta.significant
+        else:
+            assert delta.low_ms is not None and delta.high_ms is not None
+            assert delta.low_ms <= delta.delta_ms <= delta.high_ms
+    assert diff_pair(before, before).verdict != "significant change"
