@@ -86,6 +86,9 @@ def _signed(value: float) -> str:
 def headline(pair: PairDiff, significance: float) -> str:
     step = pair.step
     change = f" ({100 * step.delta_ms / step.before_ms:+.1f}%)" if step.before_ms else ""
+    if step.low_ms is None or step.high_ms is None:
+        return (f"step {step.before_ms:.2f} → {step.after_ms:.2f} ms{change}, "
+                f"{_signed(step.delta_ms)} ms: {pair.verdict}")
     changed = sum(p.significant for p in pair.parts)
     parts = f"{changed} part{'s' if changed != 1 else ''} beyond the noise"
     return (f"step {step.before_ms:.2f} → {step.after_ms:.2f} ms{change}, "
@@ -114,6 +117,12 @@ def summary_lines(pair: PairDiff, significance: float) -> list[str]:
     return lines
 
 
+def _mark(part: Delta) -> str:
+    if part.significant:
+        return ""
+    return " (noise)" if part.low_ms is not None else " (no verdict)"
+
+
 def waterfall_figure(pair: PairDiff) -> go.Figure:
     """The step before, each part's change, the step after."""
     parts = pair.parts
@@ -122,7 +131,7 @@ def waterfall_figure(pair: PairDiff) -> go.Figure:
         measure=["absolute", *["relative"] * len(parts), "total"],
         y=[pair.step.before_ms, *[p.delta_ms for p in parts], pair.step.after_ms],
         text=[format_cell(pair.step.before_ms), *[
-            f"{p.delta_ms:+.2f}{'' if p.significant else ' (noise)'}" for p in parts],
+            f"{p.delta_ms:+.2f}{_mark(p)}" for p in parts],
               format_cell(pair.step.after_ms)],
         textposition="outside", connector=dict(line=dict(color="#999")),
         increasing=dict(marker=dict(color="#d64550")),
