@@ -176,8 +176,9 @@ def _recorded_buckets(graph: StepGraph) -> int | None:
     from .edit import optimizer_start
 
     counts: dict[tuple[int, str], int] = {}
+    begins = {rank: optimizer_start(graph, rank) for rank in {c.rank for c in graph.collectives}}
     for c in graph.collectives:
-        if graph.nodes[c.arrive].start_us < optimizer_start(graph, c.rank):
+        if graph.nodes[c.arrive].start_us < begins[c.rank]:
             counts[(c.rank, c.kind)] = counts.get((c.rank, c.kind), 0) + 1
     return max(counts.values()) if counts else None
 
