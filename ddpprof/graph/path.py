@@ -128,14 +128,16 @@ def step_length_us(graph: StepGraph, s: Schedule) -> float:
 def period_us(graph: StepGraph, s: Schedule) -> float:
     """How long the step takes in a replay, as ``analyze`` measures a run's step (each rank's
     window over its steps, the mean over ranks): on a GPU run, the mean over ranks of each
-    rank's span of its own device work (from the first device record the step launched to the
-    last one's end: not the queue it inherited, whose time belongs to the previous step); a
-    CPU run, the step length (:func:`step_length_us`)."""
+    rank's span of its own device work, from where the first device record the step launched
+    started as recorded (the queue it inherited belongs to the step before, and is kept as
+    recorded) to where the last one ends in the replay; a CPU run, the step length
+    (:func:`step_length_us`). Faster work never lengthens it."""
     own = np.array([n.rank if n.lane.startswith("stream") and n.kind != NodeKind.INHERITED
                     else -1 for n in graph.nodes], dtype=np.int64)
     if not (own >= 0).any():
         return step_length_us(graph, s)
-    return float(np.mean([s.end_us[own == r].max() - s.start_us[own == r].min()
+    recorded = np.array([n.start_us for n in graph.nodes], dtype=np.float64)
+    return float(np.mean([s.end_us[own == r].max() - recorded[own == r].min()
                           for r in np.unique(own[own >= 0]).tolist()]))
 
 
