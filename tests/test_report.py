@@ -42,11 +42,13 @@ def two_runs(root: Path) -> Path:
 def test_report_is_one_offline_file(tmp_path):
     analysis = analyze_paths([two_runs(tmp_path / "runs")], TIMELINE)
     page = render_report(analysis, "t")
-    assert len(re.findall(r"plotly\.js v\d", page)) == 1  # plotly.js inlined exactly once
+    # plotly.js (its basic bundle) inlined exactly once
+    assert len(re.findall(r"plotly\.js \(basic - minified\) v\d", page)) == 1
     assert not re.search(r"<script[^>]+src=|<link[^>]+href=\"?https?:", page)  # nothing fetched
-    assert len(page.encode()) < 10 * 1024 * 1024
-    assert 'data-figures="8"' in page  # 5 charts + one timeline per run + the ddp buckets
-    assert "Overlap %" in page and "Metric definitions" in page
+    assert len(page.encode()) < 2 * 1024 * 1024
+    # the summary, 5 charts, one timeline per run, the ddp buckets
+    assert 'data-figures="9"' in page
+    assert "Overlap (%)" in page and "Metric definitions" in page
     # the comparison table: one row per run, sortable by value
     assert page.count('<td data-value="ddp">') == 1 and page.count('<td data-value="single">') == 1
 
@@ -76,13 +78,12 @@ def test_cli_writes_reports_name_html_by_default(tmp_path, ddpprof_cli):
     rows = re.findall(r"<tr>(.*?)</tr>", comparison[:comparison.index("</table>")])[1:]
     values = {re.findall(r'data-value="([^"]*)"', row)[0]: re.findall(r'data-value="([^"]*)"',
                                                                         row) for row in rows}
-    headers = [label for key, label in TABLE_COLUMNS]
-    ddp = dict(zip(headers, values["ddp"], strict=True))
-    assert float(ddp["Compute %"]) == pytest.approx(55.25)
-    assert float(ddp["Overlap %"]) == pytest.approx(100 * 40.5 / 95)
-    assert float(ddp["Comm overhead %"]) == pytest.approx(100 * 54.5 / 200)
-    assert float(ddp["All-reduce calls / step"]) == 2
-    assert float(dict(zip(headers, values["single"], strict=True))["Compute %"]) == 80
+    ddp = dict(zip(TABLE_COLUMNS, values["ddp"], strict=True))
+    assert float(ddp["compute_pct"]) == pytest.approx(55.25)
+    assert float(ddp["overlap_pct"]) == pytest.approx(100 * 40.5 / 95)
+    assert float(ddp["exposed_comm_pct"]) == pytest.approx(100 * 54.5 / 200)
+    assert float(ddp["collective_calls_per_step"]) == 2
+    assert float(dict(zip(TABLE_COLUMNS, values["single"], strict=True))["compute_pct"]) == 80
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no chromium could be installed here "
@@ -102,7 +103,7 @@ def test_report_renders_in_a_real_browser(tmp_path):
     assert "Uncaught" not in dom.stderr
     expected = int(re.search(r'data-figures="(\d+)"', dom.stdout).group(1))
     rendered = dom.stdout.count('class="plotly-graph-div js-plotly-plot"')
-    assert rendered == expected == 8
+    assert rendered == expected == 9
     assert "What to change" in dom.stdout
     assert dom.stdout.count('class="main-svg"') >= expected  # plotly drew each one
     screenshot = Path(__file__).resolve().parent.parent / "reports" / "browser-test.png"
