@@ -175,6 +175,26 @@ _OTHERS = [
     _m("high_ms", "High", "ms", "The interval's upper end.", "diff"),
     _m("of_step_delta_pct", "Of the change", "%", "The part's change / the step's change.",
        "diff"),
+    _m("rank_delta_ms", "On its rank", "ms", "The part's change on the rank it moved most on.",
+       "diff"),
+    _m("launch_delta_ms", "Launch change", "ms", "A bucket's launch, after − before (ms after "
+       "backward's first gradient).", "diff"),
+    _m("exposed_delta_ms", "Exposed change", "ms", "A bucket's time past backward's end, after "
+       "− before.", "diff"),
+    _m("comm_ms", "Communication", "ms", "The blocking variants' gradient sync, median per "
+       "step.", "bench"),
+    _m("step_ms_median", "Step (median)", "ms", "Median over steps, then over repeats, of the "
+       "unprofiled steps.", "bench"),
+    _m("gradient_calls_per_step", "Gradient collectives / step", "calls", "The variant's "
+       "gradient collectives per step.", "sweep"),
+    *(_m(f"{part}_{unit}", f"{label}", unit_label, f"{label} per rank, in {unit_label}.",
+         "memory") for part, label in (
+             ("params", "Parameters"), ("grads", "Gradients"), ("optimizer", "Optimizer state"),
+             ("total", "Total"), ("estimated", "Estimated"), ("measured", "Measured"),
+             ("step_peak_rise", "Peak rise in a step"), ("peak_rss", "Peak resident set"))
+      for unit, unit_label in (("mib", "MiB"), ("gib", "GiB"))),
+    *(_m(f"comm_{unit}_per_step", "Communication", label, f"Sent per rank per optimizer step "
+         f"(ring), in {label}.", "memory") for unit, label in (("mib", "MiB"), ("gib", "GiB"))),
 ]
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
