@@ -62,13 +62,14 @@ def generated() -> str:
 
 
 def layout(fig: go.Figure, title: str, **kwargs: Any) -> go.Figure:
-    """The look every chart shares: the legend above the plot (never over an axis title),
-    margins that grow to fit the labels, the figure as wide as its cell."""
-    fig.update_layout(title=dict(text=title, x=0, xanchor="left", y=0.98, yanchor="top"),
+    """The look every chart shares: the legend right of the plot, in a column (never over a
+    title or an axis title, however many series), margins that grow to fit the labels, the
+    figure as wide as its cell."""
+    fig.update_layout(title=dict(text=title, x=0, xanchor="left"),
                       template="plotly_white", height=kwargs.pop("height", 380),
-                      margin=dict(l=60, r=20, t=90, b=50), autosize=True,
-                      legend=dict(orientation="h", x=0, xanchor="left", y=1.0,
-                                  yanchor="bottom"),
+                      margin=dict(l=60, r=20, t=60, b=50), autosize=True,
+                      legend=dict(orientation="v", x=1.02, xanchor="left", y=1.0,
+                                  yanchor="top", traceorder="normal"),
                       **kwargs)
     fig.update_xaxes(automargin=True)
     fig.update_yaxes(automargin=True)
@@ -475,8 +476,10 @@ def render_report(analysis: Analysis, title: str, findings: list[Finding] | None
     then the comparison, per-rank and per-group tables, the charts (``extra_figures``,
     ``analyze --critical-path``'s, after the others), the timelines and the buckets."""
     run_rows = [run_row(run) for run in analysis.runs]
-    figures = [breakdown_figure(run_rows), overlap_figure(run_rows),
-               collectives_figure(run_rows), bandwidth_figure(run_rows),
+    communicates = bool(_kinds_present(run_rows))   # charts of communication need some
+    figures = [breakdown_figure(run_rows),
+               *([overlap_figure(run_rows), collectives_figure(run_rows),
+                  bandwidth_figure(run_rows)] if communicates else []),
                spread_figure(analysis.runs)]
     memory = memory_figure(analysis.runs)
     if memory is not None:
