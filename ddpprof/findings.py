@@ -148,8 +148,11 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
     replay = advice.replay if advice is not None and not _foreign(run) else None
     if replay is not None and replay.best_cap_mb < (replay.current_cap_mb or float("inf")):
         cap, gain = replay.best_cap_mb, replay.gain_pct
-        basis = (f"ddpprof simulate predicts {replay.best_step_ms:.1f} ms per step at "
-                 f"{cap:g} MiB against {replay.current_step_ms:.1f} ms now")
+        # "now" is the step the table shows (the analyzed window's), the prediction the
+        # replay's gain applied to it: the replay's own step is of one unprofiled step
+        now = run_row(run).metrics.step_ms
+        basis = (f"ddpprof simulate predicts {now * (1 - gain / 100):.1f} ms per step at "
+                 f"{cap:g} MiB against {now:.1f} ms now, {gain:.0f}% less")
     else:
         cap, gain = max(round(total / 4 / MIB, 1), 0.1), None
         basis = "a cap of a quarter of the gradient bytes gives four buckets to overlap"

@@ -113,3 +113,25 @@ def test_evidence_keeps_its_number_in_json():
     finding = Finding("r", "c", "low", "m.", [Evidence("first_launch_into_backward", 104.0, "%")],
                       None, 3.0)
     assert finding.to_dict()["evidence"] == {"first_launch_into_backward": 104.0}
+
+
+def test_the_headline_now_is_the_tables_step_and_a_run_gets_the_same_advice_by_any_name(
+        tmp_path):
+    from test_findings import RECORDED, backward, cpu_run
+
+    from ddpprof.analysis import AnalysisOptions, analyze_paths
+    from ddpprof.findings import CapAdvice, CapReplay, findings
+
+    folder = cpu_run(tmp_path / "late", lambda b, r: backward(b, late_launch=True), ranks=2,
+                     manifest=RECORDED)
+    advice = CapAdvice(None, CapReplay(current_cap_mb=25, best_cap_mb=1, current_step_ms=10,
+                                       best_step_ms=8))
+    told = {}
+    for name, paths in (("folder", [folder]), ("files", sorted(folder.glob("rank*.json")))):
+        [run] = analyze_paths(paths, AnalysisOptions(jobs=1)).runs
+        [finding] = [f for f in findings([run], {run.name: advice})
+                     if f.code == "bucket_cap_too_large"]
+        told[name] = (run.name, finding.message, finding.estimated_gain_pct)
+    # the table's step: 1000 µs steps, so 1.0 ms now; the replay's 20% less: 0.8 ms
+    assert "predicts 0.8 ms per step at 1 MiB against 1.0 ms now, 20% less" in told["folder"][1]
+    assert told["folder"] == told["files"]
