@@ -166,3 +166,12 @@ def test_a_mistyped_metric_gets_a_suggestion_and_an_old_name_a_note(tmp_path, dd
                       "--rule", "comm_overhead_pct <= baseline + 1")
     assert old.returncode == 0, old.stderr
     assert "comm_overhead_pct is now called exposed_comm_pct" in old.stderr
+
+
+def test_record_says_its_phase_and_a_bare_record_is_quick():
+    from ddpprof.progress import phase
+
+    assert [phase(k, 4) for k in (0, 1, 3, 4)] == [
+        "starting ranks", "step 2 of 4", "step 4 of 4", "writing traces"]
+    model = next(p for p in cli.commands["record"].params if p.name == "models")
+    assert model.default == ("mlp-small",)    # records in seconds, not mlp-large's minute

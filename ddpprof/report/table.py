@@ -195,10 +195,13 @@ def _fit(headers: list[str], cells: list[list[str]], numeric: list[bool],
                                                    strict=True)]
     excess = sum(widths) + _GAP * (len(widths) - 1) - width
     while excess > 0:
-        room = [(widths[k] - least[k], k) for k in range(len(widths)) if widths[k] > least[k]]
+        # the first column (what names the row) keeps its width longest; of the others, the
+        # one with the most room gives a character
+        room = [(k > 0, widths[k] - least[k], k) for k in range(len(widths))
+                if widths[k] > least[k]]
         if not room:
             return None
-        _, widest = max(room)
+        *_, widest = max(room)
         widths[widest] -= 1
         excess -= 1
     return widths
