@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from ..graph.model import NodeKind, StepGraph
 from ..graph.path import COMMUNICATION, COMPUTE, HOST, IDLE, WAITING
 from ..graph.summary import StepPath
-from .html import layout
+from .charts import layout
 from .table import Column, Table
 
 #: The figure draws at most this many nodes per step (the path is always drawn whole).

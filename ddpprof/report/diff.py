@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from ..diff.compare import Delta, ItemDelta, PairDiff
 from ..units import MIB
-from .html import colour, embed, generated, layout, plotly_js, rounded
+from .charts import colour, embed, generated, layout, plotly_js, rounded
 from .table import Column, Table, format_cell, template_environment
 
 PART_COLUMNS = [

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 
 from ..variants import DEFAULT_BUCKET_CAP_MIB
-from .html import colour, embed, generated, layout, plotly_js
+from .charts import colour, embed, generated, layout, plotly_js
 from .table import Table, counted, format_cell, template_environment
 
 if TYPE_CHECKING:
