@@ -130,3 +130,31 @@ def test_every_documented_command_runs_as_pasted(tmp_path, monkeypatch):
             continue
         result = CliRunner().invoke(cli, words[1:], terminal_width=100)
         assert result.exit_code in (0, 1), (page, text, result.output[-3000:])
+
+
+def test_the_cli_reference_says_what_help_says():
+    import mkdocs_hooks
+
+    reference = mkdocs_hooks.cli_reference()
+    assert "Sentinel" not in reference and "('bucket" not in reference
+    assert "[default: None]" not in reference and "default True" not in reference
+    assert "`--variant VARIANT` |" in reference and "[default: bucket_ddp_async]" in reference
+    assert "`--no-structural-comm` | Count kernels as communication by name only" in reference
+    assert reference.count("Exit status: 0 done") == len(cli.commands)
+    # each command's summary whole, not cut at a line's end
+    assert "exposed communication, waiting for a rank, host time and idle. |" in reference
+
+
+def test_the_metric_reference_and_the_api_cross_references():
+    import mkdocs_hooks
+
+    from ddpprof.metrics.registry import METRICS
+
+    reference = mkdocs_hooks.metric_reference()
+    assert all(f"| `{name}` |" in reference for name in METRICS)
+    page = type("Page", (), {"file": type("File", (), {"src_uri": "api.md"})()})()
+    html = ('<h3 id="ddpprof.analysis.analyze_paths">x</h3>'
+            "<p>see :func:<code>ddpprof.analysis.analyze_paths</code> and :class:`Other`</p>")
+    out = mkdocs_hooks.on_page_content(html, page)
+    assert ":func:" not in out and ":class:" not in out
+    assert '<a href="#ddpprof.analysis.analyze_paths"><code>analyze_paths</code></a>' in out
