@@ -135,3 +135,20 @@ def test_the_headline_now_is_the_tables_step_and_a_run_gets_the_same_advice_by_a
     # the table's step: 1000 µs steps, so 1.0 ms now; the replay's 20% less: 0.8 ms
     assert "predicts 0.8 ms per step at 1 MiB against 1.0 ms now, 20% less" in told["folder"][1]
     assert told["folder"] == told["files"]
+
+
+def test_bench_shows_a_speedup_beyond_its_processes_as_a_note():
+    from ddpprof.bench import BenchRow
+    from ddpprof.commands.bench import checked_speedups
+
+    def row(nproc, speedup):
+        return BenchRow(model="mlp-small", variant="pytorch_ddp", nproc=nproc,
+                        **{f: 1.0 for f in ("step_ms_min", "step_ms_median", "epoch_s",
+                                            "samples_per_s")},
+                        comm_ms=None, speedup=speedup, efficiency=speedup and speedup / nproc,
+                        amdahl_f=None, amdahl_ceiling=None, profiler_overhead=None)
+
+    shown, notes = checked_speedups([row(2, 1.8), row(2, 23.0)])
+    assert shown[0]["speedup"] == 1.8 and shown[1]["speedup"] == console.FLAGGED
+    assert notes == [notes[0]] and notes[0].startswith("mlp-small pytorch_ddp x2: speedup not "
+                                                       "shown (23)")
