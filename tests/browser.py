@@ -34,6 +34,7 @@ def check_pages(pages: dict[str, Path], widths: tuple[int, ...], scratch: Path
 var frames = document.querySelectorAll("iframe"), results = {{}}, left = frames.length;
 frames.forEach(function (frame) {{
   frame.addEventListener("load", function () {{
+    frame.contentWindow.ddpprofDrawAll();   // each chart is drawn when seen: draw them all
     setTimeout(function () {{
       var root = frame.contentDocument.documentElement;
       results[frame.dataset.name] = {{errors: root.getAttribute("data-js-errors"),

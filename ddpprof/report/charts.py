@@ -11,18 +11,49 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+#: Draws each chart when it comes near the window, so that a page of many charts opens at once
+#: (``ddpprofDrawAll()`` draws every one: printing, tests).
+DRAW_WHEN_SEEN = """
+function ddpprofDraw(div) {
+  if (div.dataset.drawn) { return; }
+  div.dataset.drawn = "1";
+  var spec = JSON.parse(div.previousElementSibling.textContent);
+  Plotly.newPlot(div, spec.data, spec.layout, {displaylogo: false, responsive: true});
+}
+window.ddpprofDrawAll = function () {
+  document.querySelectorAll("div.chart").forEach(ddpprofDraw);
+};
+window.addEventListener("beforeprint", window.ddpprofDrawAll);
+document.addEventListener("DOMContentLoaded", function () {
+  var charts = document.querySelectorAll("div.chart");
+  if (!("IntersectionObserver" in window)) { charts.forEach(ddpprofDraw); return; }
+  var near = new IntersectionObserver(function (entries) {
+    entries.forEach(function (entry) {
+      if (entry.isIntersecting) { near.unobserve(entry.target); ddpprofDraw(entry.target); }
+    });
+  }, {rootMargin: "600px"});
+  charts.forEach(function (chart) { near.observe(chart); });
+});
+"""
+
 
 def plotly_js() -> str:
     """plotly.js's basic bundle (bar, scatter and pie: every chart here), shipped beside the
-    templates (``templates/plotly-basic.LICENSE.txt`` says where it comes from): a page
-    inlines it once, a third of the full library."""
-    return resources.files("ddpprof").joinpath("templates", "plotly-basic.min.js").read_text()
+    templates (``templates/plotly-basic.LICENSE.txt`` says where it comes from), and what
+    draws the charts as they come into view: a page inlines it once, a third of the full
+    library."""
+    bundle = resources.files("ddpprof").joinpath("templates", "plotly-basic.min.js")
+    return bundle.read_text() + DRAW_WHEN_SEEN
 
 
 def embed(fig: go.Figure) -> str:
-    """A figure as a div and its script; plotly.js itself is inlined once per page."""
-    return fig.to_html(full_html=False, include_plotlyjs=False,
-                       config={"displaylogo": False, "responsive": True})
+    """A figure as its data (JSON, in a script that does not run) and the div it is drawn in
+    when it comes into view, as tall as the figure will be; plotly.js itself is inlined once
+    per page."""
+    spec = fig.to_json().replace("</", "<\\/")   # a "</script>" in a name cannot end it
+    height = fig.layout.height or 450
+    return (f'<script type="application/json">{spec}</script>'
+            f'<div class="chart" style="height:{int(height)}px"></div>')
 
 
 def generated() -> str:
