@@ -119,6 +119,8 @@ def test_every_documented_command_runs_as_pasted(tmp_path, monkeypatch):
         if words[1] == "record":    # the recording: through torchrun, in its own process
             result = run_ddpprof(*words[1:], cwd=tmp_path, timeout=900)
             assert result.returncode == 0, (page, text, result.stderr[-2000:])
+            # record writes its runs under --out (traces/), nothing else
+            assert [p.name for p in tmp_path.iterdir()] == ["traces"]
             made = CliRunner().invoke(cli, ["analyze", "traces", "--json", "stand-in.json",
                                             "-q"])
             assert made.exit_code == 0, made.output
