@@ -104,8 +104,9 @@ def regenerate(page: Path, scratch: Path, times: dict[str, float]) -> None:
             "gate traces/ --baseline baseline.json")]
         text = re.sub(r"^Measured on .*?\.$",
                       f"Measured on {date.today()} on {machine()} (torch "
-                      f"{torch_version()}, gloo): record {took[0]:.0f} s, analyze "
-                      f"{took[1]:.1f} s, gate {took[2]:.1f} s, each the command's whole run.",
+                      f"{torch_version()}, gloo; load average {os.getloadavg()[0]:.0f}: other "
+                      f"jobs shared the cores): record {took[0]:.0f} s, analyze {took[1]:.1f} s, "
+                      f"gate {took[2]:.1f} s, each the command's whole run.",
                       text, count=1, flags=re.MULTILINE | re.DOTALL)
     page.write_text(text)
 
