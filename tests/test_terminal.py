@@ -175,3 +175,11 @@ def test_record_says_its_phase_and_a_bare_record_is_quick():
         "starting ranks", "step 2 of 4", "step 4 of 4", "writing traces"]
     model = next(p for p in cli.commands["record"].params if p.name == "models")
     assert model.default == ("mlp-small",)    # records in seconds, not mlp-large's minute
+
+
+def test_a_number_is_never_broken():
+    assert wrap("-5,459.42", 3) == ["-5,459.42"]
+    wide = Table([Column(f"metric_number_{k}_pct") for k in range(20)],
+                 [{f"metric_number_{k}_pct": 123456.75 for k in range(20)}] * 3)
+    text = to_text(wide, wide=True, width=40)
+    assert "123,456.75" in text and "123," not in text.replace("123,456.75", "")

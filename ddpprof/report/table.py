@@ -144,6 +144,8 @@ _GAP = 2                            # spaces between two columns
 _BREAKS = re.compile(r"(?<=[\s/,_-])")
 #: Where prose may break: after a space or a hyphen (never inside a name_with_underscores).
 _PROSE_BREAKS = re.compile(r"(?<=[\s-])")
+#: A number as a cell shows it (``-5,459.42``): never broken.
+_NUMBER = re.compile(r"[-+]?[\d,]*\.?\d+")
 
 
 def terminal_width() -> int:
@@ -158,6 +160,8 @@ def wrap(text: str, width: int, indent: str = "", prose: bool = False) -> list[s
     """``text`` in lines of at most ``width`` characters, broken only at spaces and after
     ``/ , _ -`` (``prose``: at spaces and after hyphens), never inside a word (a word longer
     than the line has a line of its own); lines after the first start with ``indent``."""
+    if _NUMBER.fullmatch(text):
+        return [text]
     lines: list[str] = []
     line = ""
     for piece in (p for p in (_PROSE_BREAKS if prose else _BREAKS).split(text) if p):
@@ -172,6 +176,9 @@ def wrap(text: str, width: int, indent: str = "", prose: bool = False) -> list[s
 
 
 def _longest_piece(text: str) -> int:
+    """The widest a column holding ``text`` can be made: its longest unbreakable part."""
+    if _NUMBER.fullmatch(text):
+        return len(text)
     return max((len(p.rstrip()) for p in _BREAKS.split(text) if p.strip()), default=0)
 
 
@@ -231,7 +238,8 @@ def to_text(table: Table, wide: bool = False, terminal: bool = False,
         widths = _fit(headers, cells, numeric, maxima, width)
         note = (f"({len(table.shown(wide)) - len(shown)} more columns do not fit in {width} "
                 "columns: --wide shows every column)\n")
-    widths = widths or [max(len(h), *(len(r[0]) for r in cells)) for h in headers]
+    widths = widths or [max([len(h), *(len(r[k]) for r in cells)])
+                        for k, h in enumerate(headers)]
     return _render(table.title, headers, cells, numeric, widths, terminal, width) + note
 
 
@@ -279,7 +287,7 @@ def _transposed(table: Table, shown: list[Column], cells: list[list[str]], termi
         rows = [[name, *(cells[k][i] for k in block)] for i, name in enumerate(names)][1:]
         numeric = [False] + [True] * len(block)
         widths = _fit(headers, rows, [False] * len(headers), [None] * len(headers), width) or [
-            max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+            max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
         title = table.title if number == 0 else None
         out.append(_render(title, headers, rows, numeric, widths, terminal, width))
     return "\n".join(out)
