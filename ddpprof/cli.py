@@ -117,8 +117,9 @@ def critical_path(**kwargs: Any) -> None:
            progress=True)
 def diff(**kwargs: Any) -> None:
     """Why B's step differs from A's: the change split into parts that add up to it, each
-    against the run-to-run noise, and what moved inside them. A and B are what `ddpprof
-    analyze` takes, or its --json files (docs/diff.md)."""
+    against the noise of the runs (their repeats, their steps, or the CPU prior for runs
+    recorded like it), and what moved inside them. A and B are what `ddpprof analyze` takes,
+    or its --json files (docs/diff.md)."""
     run("diff", **kwargs)
 
 

@@ -394,8 +394,9 @@ def run_noise_option() -> Callable[[F], F]:
     return click.option("--run-noise", "run_noise_pct", type=NON_NEGATIVE_FLOAT,
                         metavar="PCT",
                         help="Run-to-run noise of a recording's mean, % of each part, for "
-                             "this machine [default: 26.2, measured on a shared 2-core CPU "
-                             "machine; see docs/diff.md#noise].")
+                             "this machine, taken to hold for every run [default: 26.2, "
+                             "measured on a shared 2-core CPU machine, for gloo CPU runs on "
+                             "2 host cores only; see docs/diff.md#noise].")
 
 
 def world_size_option(help: str) -> Callable[[F], F]:

@@ -401,21 +401,25 @@ def test_recorded_variants(all_variants, ddpprof_cli, tmp_path):
             assert on_path_us == 0
 
 
-def test_collectives_matched_against_program_order_are_a_note_not_a_crash(ddpprof_cli,
-                                                                          tmp_path):
-    """Rank 0 runs sequence 1 then 2 on its gloo thread, rank 1 runs 2 then 1: matched by
-    sequence number, each transfer waits for an arrival that comes after the other transfer
-    on the other rank, a cycle. The step has no critical path; the command says why (exit 2:
-    nothing could be analyzed)."""
+def test_collectives_matched_against_program_order_are_repaired_with_a_note(ddpprof_cli,
+                                                                           tmp_path):
+    """Rank 0 runs sequence 1 then 2 on its gloo thread (20-40, 50-70), rank 1 runs 2 then 1:
+    matched by sequence number, each transfer waits for an arrival (at 50) that comes after
+    that transfer's own end (40) on the other rank: a cycle. The two arrivals the recorded
+    times contradict (by 10 µs each) are dropped, said in a note, and the step still has its
+    path: 100 µs, rank 0's step (the lowest of equal ends), its split summing to it."""
     for rank, order in ((0, (1, 2)), (1, (2, 1))):
         tb.write_trace(tmp_path / "run" / f"rank{rank}.json", [
             tb.step(1, 0, 100), tb.span("aten::mm", 0, 10),
             *(tb.span("gloo:all_reduce", 20 + 30 * k, 40 + 30 * k, tid=2, Seq=seq,
                    **{"Process Group Name": "0"}) for k, seq in enumerate(order))], rank=rank)
-    result = ddpprof_cli("critical-path", str(tmp_path / "run"))
-    assert result.returncode == 2
-    assert "ProfilerStep#1: no critical path: the dependencies make a cycle" in result.stderr
-    assert "no step of any run could be analyzed" in result.stderr
+    result = ddpprof_cli("critical-path", str(tmp_path / "run"), "--json", "-")
+    assert result.returncode == 0, result.stderr
+    assert ("ProfilerStep#1: 2 arrivals across ranks contradicted the recorded times (they "
+            "made a cycle) and were left out") in result.stderr
+    [step] = msgspec.json.decode(result.stdout)["steps"]
+    assert step["step_us"] == pytest.approx(100)
+    assert sum(row["us"] for row in step["split"]) == pytest.approx(100)
     assert "Traceback" not in result.stderr
 
 

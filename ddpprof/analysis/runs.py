@@ -226,7 +226,7 @@ def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[
     groups, group_notes = run_groups(results, run.manifest)
     notes = notes + group_notes
     step_note = _step_note(last_step, results[0].kind)
-    rank_notes = list(dict.fromkeys(n for r in results for n in r.notes))
+    rank_notes = merged_notes([n for r in results for n in r.notes])
     if options.engine == "hta":
         results = _with_hta(run, results, options.keep_last_step)
     tax = overlap_tax([(r.tax_samples, r.calls, transfer_start[r.rank])
@@ -382,3 +382,25 @@ def analyze(path: str | Path, keep_last_step: bool = False) -> pandas.DataFrame:
     if analysis.errors:
         raise UsageError("; ".join(e.error for e in analysis.errors))
     return pandas.DataFrame([run_row(run).to_dict() for run in analysis.runs])
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def merged_notes(notes: list[str]) -> list[str]:
+    """The ranks' notes, each once: notes that differ only in their numbers (the same
+    finding on several ranks) become one, each number a range over the ranks
+    (``354 to 1041 device records ...``), in the order first seen."""
+    groups: dict[str, list[list[str]]] = {}
+    for note in dict.fromkeys(notes):
+        groups.setdefault(_NUMBER.sub("#", note), []).append(_NUMBER.findall(note))
+    merged = []
+    for template, numbers in groups.items():
+        parts = template.split("#")
+        text = parts[0]
+        for k, rest in enumerate(parts[1:]):
+            values = [row[k] for row in numbers]
+            low, high = min(values, key=float), max(values, key=float)
+            text += (low if low == high else f"{low} to {high}") + rest
+        merged.append(text)
+    return merged

@@ -77,6 +77,7 @@ class RunProfile(msgspec.Struct, kw_only=True):
 
     run: str
     kind: str                                   # "gpu" or "cpu"
+    backend: str | None = None                  # the traces' distributedInfo.backend
     ranks: list[int]
     step_ms: float                              # mean over ranks of each rank's mean step
     parts: list[PartKey]
@@ -195,7 +196,9 @@ def run_profile(run: RunResult) -> RunProfile | None:
     manifest, throughput = run.manifest, run.manifest.throughput
     recorded = manifest.status is not None     # a run.json that ddpprof wrote
     return RunProfile(
-        run=run.name, kind=ranks[0].kind, ranks=[r.rank for r in ranks],
+        run=run.name, kind=ranks[0].kind, backend=next((r.backend for r in ranks if r.backend),
+                                                     None),
+        ranks=[r.rank for r in ranks],
         step_ms=statistics.fmean(steps) / 1e3, parts=order,
         part_ms=(means.mean(axis=1) / 1e3).tolist(), steps=own[0].step_names[:common],
         step_series_ms=(series.sum(axis=0) / 1e3).tolist(),

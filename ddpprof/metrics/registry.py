@@ -142,7 +142,9 @@ _CRITICAL_PATH = [
           ("comm", "Communication", "collective transfers (exposed communication)"),
           ("host", "Host", "host work and gaps on host threads"),
           ("idle", "Idle", "gaps on device streams"),
-          ("waiting", "Waiting", "waiting for a late rank"))),
+          ("waiting", "Waiting", "waiting for a late rank"),
+          ("inherited", "Inherited", "the time the step's first rank started after the home "
+           "rank: late from the step before"))),
     _m("ends_on_rank", "Ends on rank", "", "The rank whose work ends the step.",
        "critical-path"),
     _m("waiting_for", "Waiting for", "", "The rank the path waited for longest.",

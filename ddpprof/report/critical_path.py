@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from ..graph.model import NodeKind, StepGraph
-from ..graph.path import COMMUNICATION, COMPUTE, HOST, IDLE, WAITING
+from ..graph.path import COMMUNICATION, COMPUTE, HOST, IDLE, INHERITED, WAITING
 from ..graph.summary import StepPath
 from .charts import layout
 from .table import Column, Table
@@ -29,6 +29,7 @@ class PathRow:
     idle_pct: float
     waiting_pct: float
     waiting_for: int | None
+    inherited_pct: float
     top_work: str
 
 
@@ -38,7 +39,8 @@ PATH_COLUMNS = (
     *(Column(f"path_{part}_pct", attr=f"{key}_pct") for part, key in (
         ("compute", "compute"), ("comm", "communication"), ("host", "host"), ("idle", "idle"),
         ("waiting", "waiting"))),
-    Column("waiting_for"), Column("top_work", max_width=40))
+    Column("waiting_for"), Column("path_inherited_pct", attr="inherited_pct"),
+    Column("top_work", max_width=40))
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ def path_row(step: StepPath) -> PathRow:
     return PathRow(step.run, step.step, step.step_us / 1e3, step.home_rank,
                    step.total_pct(COMPUTE), step.total_pct(COMMUNICATION),
                    step.total_pct(HOST), step.total_pct(IDLE), step.total_pct(WAITING),
-                   step.waited_for(),
+                   step.waited_for(), step.total_pct(INHERITED),
                    f"{top.name} (rank {top.rank}, {top.pct:.1f}%)" if top else "")
 
 
@@ -80,17 +82,21 @@ def summary_lines(steps: list[StepPath]) -> list[str]:
         mine = sorted((s for s in steps if s.run == run), key=lambda s: s.step_us)
         median = mine[len(mine) // 2]
         parts = sorted(((median.total_pct(c), c) for c in (COMPUTE, COMMUNICATION, HOST, IDLE,
-                                                           WAITING)), reverse=True)
+                                                           WAITING, INHERITED)), reverse=True)
         top = median.work[0] if median.work else None
+        named = {INHERITED: "inherited from the previous step (the device's queue)",
+                 IDLE: "idle (" + ", ".join(f"{row.pct:.0f}% {row.cause}"
+                                            for row in median.idle) + ")"}
         lines.append(f"{run}: the critical path of {median.step} ({median.step_us / 1e3:.2f} "
-                     f"ms) is " + ", ".join(f"{pct:.0f}% {c}" for pct, c in parts if pct >= 0.5)
+                     f"ms) is " + ", ".join(f"{pct:.0f}% {named.get(c, c)}" for pct, c in parts
+                                            if pct >= 0.5)
                      + (f"; its longest work is {top.name} on rank {top.rank} "
                         f"({top.pct:.1f}% of the step)" if top else ""))
     return lines
 
 
 _COLOURS = {COMPUTE: "#4C78A8", COMMUNICATION: "#E45756", HOST: "#F58518", IDLE: "#BAB0AC",
-            WAITING: "#B279A2"}
+            WAITING: "#B279A2", INHERITED: "#72B7B2"}
 #: The same kinds of work off the path: paler, so that the path reads on top of them.
 _PALE = {COMPUTE: "#c3d3e6", COMMUNICATION: "#f4c4c3", HOST: "#fbd9b5"}
 

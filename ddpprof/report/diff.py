@@ -85,6 +85,9 @@ def _signed(value: float) -> str:
 def headline(pair: PairDiff, significance: float) -> str:
     step = pair.step
     change = f" ({100 * step.delta_ms / step.before_ms:+.1f}%)" if step.before_ms else ""
+    if step.low_ms is None or step.high_ms is None:
+        return (f"step {step.before_ms:.2f} → {step.after_ms:.2f} ms{change}, "
+                f"{_signed(step.delta_ms)} ms: {pair.verdict}")
     changed = sum(p.significant for p in pair.parts)
     parts = f"{changed} part{'s' if changed != 1 else ''} beyond the noise"
     return (f"step {step.before_ms:.2f} → {step.after_ms:.2f} ms{change}, "
@@ -113,6 +116,12 @@ def summary_lines(pair: PairDiff, significance: float) -> list[str]:
     return lines
 
 
+def _mark(part: Delta) -> str:
+    if part.significant:
+        return ""
+    return " (noise)" if part.low_ms is not None else " (no verdict)"
+
+
 def waterfall_figure(pair: PairDiff) -> go.Figure:
     """The step before, each part's change (a bar from where the parts before it left the
     step), the step after: one row each, so every part's name can be read."""
@@ -132,7 +141,7 @@ def waterfall_figure(pair: PairDiff) -> go.Figure:
               ("shorter", [b for b, d in zip(bases, deltas, strict=True) if d < 0],
                [d for d in deltas if d < 0], [p.label for p in parts if p.delta_ms < 0],
                "#2f9e44"))
-    notes = {p.label: "" if p.significant else " (noise)" for p in parts}
+    notes = {p.label: _mark(p) for p in parts}
     for name, base, size, names, color in series:
         if names:
             fig.add_trace(go.Bar(

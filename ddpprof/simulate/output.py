@@ -110,8 +110,9 @@ def verdict_lines(simulation: Simulation) -> list[str]:
         seen = "n/a" if measured.overlap_pct is None else f"{measured.overlap_pct:.1f}%"
         label = "" if own.variant == "as recorded" else f" ({own.variant})"
         lines.append(f"as recorded{label}: predicted {own.step_ms:.2f} ms per step, "
-                     f"measured {_ms(measured.step_ms)}{error}; overlap predicted {overlap}, "
-                     f"measured {seen} (trace)")
+                     f"measured {_ms(measured.step_ms)}{error}"
+                     f"{f' ({measured.step_source})' if measured.step_ms else ''}; "
+                     f"overlap predicted {overlap}, measured {seen} (trace)")
     for n, top in best(simulation.predictions).items():
         default = next((p for p in simulation.predictions if p.world_size == n
                         and p.bucket_cap_mb == DEFAULT_BUCKET_CAP_MIB and p.variant == top.variant),

@@ -43,12 +43,15 @@ class SimulateRow:
 
 @dataclass(frozen=True)
 class Measured:
-    """The run as recorded: its median unprofiled step (run.json) and, as ``analyze``
-    measures them (mean over ranks), overlap % and exposed communication per step."""
+    """The run as recorded: its step (run.json's median unprofiled step, else, for a trace
+    ddpprof did not record, ``analyze``'s step: the mean over ranks of the analyzed window over
+    its steps) and, as ``analyze`` measures them (mean over ranks), overlap % and exposed
+    communication per step."""
 
     step_ms: float | None
     overlap_pct: float | None
     exposed_comm_ms: float
+    step_source: str = "run.json"
 
 
 @dataclass

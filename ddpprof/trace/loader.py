@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import TraceError
 from . import args as meaning
-from . import cache, io
+from . import cache, classify, io
 from .columns import Columns
 from .document import DistributedInfo
 from .events import RankTrace
@@ -86,6 +86,7 @@ def _rank_trace(path: Location, columns: Columns, info: DistributedInfo | None) 
         raise TraceError(path, "not a trace (timestamps out of range)")
     thread_id, threads = _pair_threads(columns)
     rank, source = _rank(info, path)
+    stream, host_op_stream = _device_streams(columns)
     return RankTrace(
         path=path, rank=rank, rank_source=source,
         world_size=meaning.positive_int(info.world_size) if info else None,
@@ -94,7 +95,7 @@ def _rank_trace(path: Location, columns: Columns, info: DistributedInfo | None) 
         names=list(columns.names), name_id=columns.column("name", np.int32),
         category=list(columns.categories), category_id=columns.column("category", np.int32),
         start_us=start, end_us=end, thread_id=thread_id, threads=threads,
-        thread_names=columns.thread_names, stream=columns.column("stream", np.int64),
+        thread_names=columns.thread_names, stream=stream, host_op_stream=host_op_stream,
         correlation=columns.column("correlation", np.int64),
         has_correlation=columns.column("has_correlation", bool),
         external_id=columns.column("external_id", np.int64),
@@ -102,7 +103,17 @@ def _rank_trace(path: Location, columns: Columns, info: DistributedInfo | None) 
         ts_range=(columns.ts_low, columns.ts_high) if columns.ts_low <= columns.ts_high
         else (0.0, 0.0), ts_missing=columns.ts_missing,
         comm_args=columns.comm_args, grad_bytes=columns.grad_bytes,
-        matmul_flops=columns.matmul_flops, dropped_events=columns.dropped)
+        matmul_flops=columns.matmul_flops, dropped_events=columns.dropped,
+        has_schema_version=info is not None and info.schema_version is not None)
+
+
+def _device_streams(columns: Columns) -> tuple[np.ndarray, np.ndarray]:
+    """``args.stream`` split by what holds it: device records keep it as their stream; host
+    records (``classify.is_host_record``) keep it apart, as launch metadata."""
+    raw = columns.column("stream", np.int64)
+    host_table = np.array([classify.is_host_record(c) for c in columns.categories] or [True])
+    host = host_table[columns.column("category", np.int32)] if raw.size else np.zeros(0, bool)
+    return np.where(host, -1, raw), np.where(host, raw, -1)
 
 
 def _rank(info: DistributedInfo | None, path: Location) -> tuple[int | None, str | None]:
