@@ -143,8 +143,8 @@ _CRITICAL_PATH = [
           ("host", "Host", "host work and gaps on host threads"),
           ("idle", "Idle", "gaps on device streams"),
           ("waiting", "Waiting", "waiting for a late rank"),
-          ("inherited", "Inherited", "the time the step's first rank started after the home "
-           "rank: late from the step before"))),
+          ("inherited", "Inherited", "device work launched before the step (the queue it "
+           "inherited)"))),
     _m("ends_on_rank", "Ends on rank", "", "The rank whose work ends the step.",
        "critical-path"),
     _m("waiting_for", "Waiting for", "", "The rank the path waited for longest.",
