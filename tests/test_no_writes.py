@@ -88,7 +88,7 @@ def test_recording_commands_write_only_under_out(tmp_path, ddpprof_cli):
     work.mkdir()
     commands = {
         "calibrate": ["calibrate", "--nproc", "2", "--backend", "gloo", "--min-bytes", "4K",
-                      "--max-bytes", "8M", "--step-factor", "4", "--warmup-iters", "1",
+                      "--max-bytes", "2M", "--step-factor", "8", "--warmup-iters", "1",
                       "--iters", "3", "-o", "cal", "--json", "cal.json"],
         "bench": ["bench", "--model", "mlp-tiny", "--variant", "single", "--nproc", "1",
                   "--steps", "3", "--global-batch", "8", "--repeats", "1", "--warmup-steps",
