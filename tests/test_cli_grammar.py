@@ -151,8 +151,9 @@ def test_default_table_fits_100_columns_and_shared_notes_print_once(tmp_path, dd
     lines = wide.splitlines()
     assert lines[0].split() == ["metric", "first-run", "second-run"]
     assert len(lines) > 60 and max(map(len, lines)) <= 100
+    # idle: the window [0,100) less the busy [10,90) (compute [10,60), all-reduce [40,90))
     assert [line.split() for line in lines if line.startswith("idle_pct ")] == [
-        ["idle_pct", "50.00", "50.00"]]
+        ["idle_pct", "20.00", "20.00"]]
 
 
 def test_json_to_standard_output_is_the_document_alone(tmp_path, ddpprof_cli):
