@@ -228,7 +228,9 @@ def tax_from(run_path: Path) -> TaxCalibration:
         problems = [*analysis.errors, *analysis.unfinished]
         problem = problems[0] if problems else None
         raise UsageError(f"--tax-from {run_path}: " + (
-            problem.error if problem else f"{len(analysis.runs)} runs found; give one"))
+            problem.error if problem else f"{len(analysis.runs)} runs found "
+            f"({', '.join(run.name for run in analysis.runs[:5])}"
+            f"{' ...' if len(analysis.runs) > 5 else ''}); give one of them"))
     run = analysis.runs[0]
     tax = run.overlap_tax
     if tax is None or (tax.pct("compute") is None and tax.pct("communication") is None):

@@ -49,7 +49,7 @@ def run(command: str, *args: Any, outputs: Outputs, **kwargs: Any) -> None:
         sys.exit(output.exit_code)
 
 
-@click.group(cls=Commands)
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ddpprof")
 def cli() -> None:
     """Record PyTorch data-parallel training under torch.profiler and measure its overlap:
@@ -58,7 +58,7 @@ def cli() -> None:
 
 @cli.command(epilog="\n\n".join(["Variants (--variant):", *help_text(), exits("a run failed")]))
 @o.variant_option("bucket_ddp_async")
-@o.model_option("mlp-large", "Any name with --model-path. ")
+@o.model_option("mlp-small", "Any name with --model-path. ")
 @o.nproc_option("2")
 @o.bucket_cap_option(f"{DEFAULT_BUCKET_CAP_MIB:g}", "Gradient bucket size in MiB (variants "
                      "with buckets).")
@@ -126,7 +126,7 @@ def diff(**kwargs: Any) -> None:
 @cli.command(epilog=exits("a rule is broken (a regression)"))
 @click.argument("current", type=o.FOLDER)
 @g.gate_options()
-@o.outputs("the verdicts")
+@o.outputs("the verdicts", progress=True)
 def gate(**kwargs: Any) -> None:
     """Fail (exit 1) when a metric of CURRENT breaks a rule against the baseline.
 
@@ -143,7 +143,8 @@ def gate(**kwargs: Any) -> None:
 @g.edit_options("all apply to every row")
 @g.cost_model_options()
 @o.keep_last_step_option()
-@o.outputs("the predictions, the cost model and the notes", html="simulate")
+@o.outputs("the predictions, the cost model and the notes", html="<run>-simulate",
+           progress=True)
 def simulate(**kwargs: Any) -> None:
     """Predict step time, exposed communication, overlap and scaling efficiency of a recorded
     run's own configuration and of other bucket sizes and world sizes, by replaying its
@@ -199,7 +200,7 @@ def bench(**kwargs: Any) -> None:
 @click.argument("run_paths", metavar="[RUN]...", nargs=-1, type=o.FOLDER)
 @o.model_option(None, "Parameters counted from its definition. ")
 @g.memory_options()
-@o.outputs("the estimates, or each run's ranks beside its estimate")
+@o.outputs("the estimates, or each run's ranks beside its estimate", progress=True)
 def memory(run_paths: tuple[Path, ...], **kwargs: Any) -> None:
     """Bytes per rank for DDP and ZeRO stages 1-3 (parameters, gradients, optimizer state) and
     communication per step, for --model or --model-path at --world-size; or, for recorded RUN

@@ -14,7 +14,7 @@ noise of a metric comes from the repeats merged by ``--aggregate median``, and f
 
 Both sides are ``ddpprof analyze --json`` documents (or a trace folder, analyzed on the spot).
 From each run the gate reads ``run``, ``variant``, ``status``, the configuration (``model``,
-``world_size``, ``global_batch``, ``grad_accum``, ``bucket_cap_mb``) and the metrics its rules
+``world_size``, ``global_batch``, ``grad_accum``, ``bucket_cap_mib``) and the metrics its rules
 name. A run's *configuration key* is its variant and that configuration: runs match by name
 when the name is on both sides, else by key, and a matched pair whose known configurations
 differ is an error. ``--aggregate median`` first merges the repeats of each key into one run:
@@ -41,16 +41,17 @@ import msgspec
 from .errors import UsageError
 from .json_input import read_json_bytes
 from .manifest import validation_problem
-from .report.table import Column
+from .metrics.registry import RENAMED, suggestion
+from .report.table import Column, counted
 
 if TYPE_CHECKING:
     from .diff.noise import RunNoise
     from .diff.profile import RunProfile
 
 DEFAULT_RULE = "overlap_pct >= baseline - 2"
-#: Versions of ``analyze --json`` read: 2, 3 (with ``step_ms`` and each run's profile) and 4
-#: (with ``process_groups``).
-ANALYZE_SCHEMA, ANALYZE_VERSIONS = "ddpprof.analyze", (2, 3, 4)
+#: Versions of ``analyze --json`` read: 2, 3 (with ``step_ms`` and each run's profile), 4
+#: (with ``process_groups``) and 5 (metrics renamed: ``registry.RENAMED``, read either way).
+ANALYZE_SCHEMA, ANALYZE_VERSIONS = "ddpprof.analyze", (2, 3, 4, 5)
 #: Statuses a run may have and still be gated; None: no run.json (a foreign trace).
 GATEABLE_STATUSES = ("complete", None)
 _OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
@@ -83,7 +84,8 @@ class AnalyzedRun(msgspec.Struct, kw_only=True):
     world_size: int | None = None
     global_batch: int | None = None
     grad_accum: int | None = None
-    bucket_cap_mb: float | None = None  # MiB
+    bucket_cap_mib: float | None = None
+    bucket_cap_mb: float | None = None  # MiB: its name before version 5
 
 
 class UnfinishedRun(msgspec.Struct, kw_only=True):
@@ -110,19 +112,19 @@ class ConfigKey:
     world_size: int | None
     global_batch: int | None
     grad_accum: int | None
-    bucket_cap_mb: float | None
+    bucket_cap_mib: float | None
 
     def describe(self) -> str:
-        parts = [self.model, f"{self.world_size} ranks" if self.world_size else None,
+        parts = [self.model, counted(self.world_size, "rank") if self.world_size else None,
                  f"batch {self.global_batch}" if self.global_batch else None,
                  f"accum {self.grad_accum}" if self.grad_accum else None,
-                 f"{self.bucket_cap_mb:g} MiB buckets" if self.bucket_cap_mb else None]
+                 f"{self.bucket_cap_mib:g} MiB buckets" if self.bucket_cap_mib else None]
         return ", ".join(p for p in parts if p)
 
     def differences(self, other: ConfigKey) -> list[str]:
         """Fields known on both sides that differ."""
         names = ("variant", "model", "world_size", "global_batch", "grad_accum",
-                 "bucket_cap_mb")
+                 "bucket_cap_mib")
         return [f"{name} {getattr(self, name)} vs {getattr(other, name)}" for name in names
                 if None not in (getattr(self, name), getattr(other, name))
                 and getattr(self, name) != getattr(other, name)]
@@ -151,11 +153,32 @@ def metric_value(row: dict[str, Any], metric: str, run: str, side: str) -> Any:
                              "(analyze --json of version 4 lists them under process_groups)")
         row, where = groups[0], f"{where}, group {group},"
     if name not in row:
-        raise UsageError(f"{where}: no metric {name!r} in the {side} results")
+        name = next((alias for alias in _aliases(name) if alias in row), name)
+    if name not in row:
+        numbers = [k for k, v in row.items() if _is_number(v)]
+        raise UsageError(f"{where}: no metric {name!r} in the {side} results"
+                         f"{suggestion(name, numbers)}")
     found = row[name]
     if found is not None and not _is_number(found):
         raise UsageError(f"{where}: {name} is not a number in the {side} results")
     return found
+
+
+def _aliases(name: str) -> list[str]:
+    """The other names of a renamed metric: its old one, or its new one."""
+    return [old for old, new in RENAMED.items() if new == name] + (
+        [RENAMED[name]] if name in RENAMED else [])
+
+
+def deprecated_names(rules: list[Rule]) -> list[str]:
+    """A note for each rule that names a metric by its old name."""
+    notes = []
+    for rule in rules:
+        name = rule.metric.partition("[")[0]
+        if name in RENAMED:
+            notes.append(f"rule {rule.text!r}: {name} is now called {RENAMED[name]}; the old "
+                         "name is deprecated and will stop working")
+    return notes
 
 
 def _selectors(metric: str, text: str | None) -> tuple[int | None, str | None]:
@@ -263,7 +286,9 @@ def runs_of(document: Any, source: str) -> list[GateRun]:
         if fields.status not in GATEABLE_STATUSES:
             _refuse_unfinished(source, fields.run, fields.status, fields.error)
         key = ConfigKey(fields.variant or fields.run, fields.model, fields.world_size,
-                        fields.global_batch, fields.grad_accum, fields.bucket_cap_mb)
+                        fields.global_batch, fields.grad_accum,
+                        fields.bucket_cap_mib if fields.bucket_cap_mib is not None
+                        else fields.bucket_cap_mb)
         runs.append(GateRun(fields.run, key, row))
     return runs
 

@@ -98,7 +98,9 @@ def analysis_options() -> Callable[[F], F]:
         click.option("--critical-path", is_flag=True,
                      help="Also each step's critical path across ranks (see `ddpprof "
                           "critical-path`)."),
-        click.option("--jobs", type=POSITIVE_INT, help="Ranks analyzed in parallel."),
+        click.option("--jobs", "-j", "jobs", type=POSITIVE_INT,
+                     help="Ranks analyzed in parallel [default: the cores, one for a small "
+                          "run]."),
         click.option("--scheduler", envvar="DDPPROF_SCHEDULER", metavar="ADDRESS",
                      help="Analyze the ranks on this Dask cluster (tcp://host:8786) [env: "
                           "DDPPROF_SCHEDULER]; the workers read the traces."))

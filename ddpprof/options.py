@@ -97,6 +97,26 @@ class ListOf(ParamType):
         return f"ListOf({self.item!r})"
 
 
+class Suggesting(click.Choice):  # type: ignore[type-arg]  # click 8.1's Choice is not generic
+    """A choice that answers a mistyped value with the closest one (``did you mean``) and
+    where the whole list is, rather than printing the list."""
+
+    def __init__(self, choices: Sequence[str], what: str, listed_by: str = "") -> None:
+        super().__init__(choices)
+        self.what, self.listed_by = what, listed_by
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if value in self.choices:
+            return value
+        from .metrics.registry import suggestion
+
+        close = suggestion(str(value), [str(c) for c in self.choices])
+        where = (f"; {self.listed_by} lists them" if self.listed_by
+                 else f"; one of: {', '.join(map(str, self.choices))}")
+        self.fail(f"{value!r} is not a {self.what}{close}{where}", param, ctx)
+
+
 class RunName(ParamType):
     """One path component: a run folder's name under ``--out``. Not empty, no separator, not
     ``.`` or ``..``, not hidden (analyze skips folders whose name starts with a dot), and no
@@ -275,7 +295,8 @@ def variant_option(default: str, bucketed: bool = False) -> Callable[[F], F]:
         offered, everything = VARIANT_NAMES, VARIANTS_IN_ALL
         left_out = [name for name in VARIANT_NAMES if name not in VARIANTS_IN_ALL]
         note = f"; all is every variant but the tensor-parallel {', '.join(left_out)}"
-    return list_option("--variant", "variants", item=click.Choice(VARIANT_NAMES),
+    return list_option("--variant", "variants",
+                       item=Suggesting(VARIANT_NAMES, "variant", "`ddpprof variants`"),
                        everything=everything, default=default, metavar="VARIANT",
                        aliases=("--variants",),
                        help=f"all, or of: {', '.join(offered)} (`ddpprof variants`){note}.")
@@ -287,6 +308,17 @@ def model_option(default: str | None, what: str = "") -> Callable[[F], F]:
     return list_option("--model", "models", item=click.STRING, default=default,
                        metavar="MODEL", aliases=("--models",),
                        help=f"{what}One of: {', '.join(MODEL_NAMES)}.")
+
+
+def unknown_model(model: str) -> str:
+    """What to say of a model name that is not one of ``workloads.configs.MODEL_NAMES``: the
+    closest one, and where the names are."""
+    from workloads.configs import MODEL_NAMES
+
+    from .metrics.registry import suggestion
+
+    return (f"unknown model {model!r}{suggestion(model, MODEL_NAMES)}; one of "
+            f"{', '.join(MODEL_NAMES)}, or give --model-path")
 
 
 def nproc_option(default: str) -> Callable[[F], F]:
@@ -301,8 +333,8 @@ def bucket_cap_option(default: str, help: str) -> Callable[[F], F]:
 
 
 def out_option(default: str, help: str) -> Callable[[F], F]:
-    return click.option("--out", type=FOLDER, default=Path(default), show_default=True,
-                        help=help)
+    return click.option("--out", "-o", "out", type=FOLDER, default=Path(default),
+                        show_default=True, help=help)
 
 
 def outputs(json: str, table: bool = True, html: str | None = None,
@@ -328,7 +360,7 @@ def outputs(json: str, table: bool = True, html: str | None = None,
             click.option("--html-out", "html_file", type=OUTPUT, metavar="FILE",
                          help="Write the HTML page to FILE instead.")]
     if progress:
-        chosen.append(click.option("--quiet", is_flag=True,
+        chosen.append(click.option("--quiet", "-q", "quiet", is_flag=True,
                                    help="No progress display (none under CI=true, or when "
                                         "standard error is not a terminal)."))
 

@@ -501,7 +501,7 @@ def _assert_invariants(b) -> None:
     assert b.exposed_comm_us <= b.comm_us + 1e-9 * max(1.0, b.window_us)
     assert b.overlap_us + b.exposed_comm_us == pytest.approx(b.comm_us, abs=1e-6 * max(
         1.0, b.window_us))
-    assert b.comm_overhead_pct <= 100 + 1e-9
+    assert b.exposed_comm_pct <= 100 + 1e-9
 
 
 @FUZZ

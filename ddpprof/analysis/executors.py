@@ -51,7 +51,11 @@ class LocalExecutor:
         is said on stderr."""
         wanted = self.jobs or self.cores
         workers, reason = min(wanted, self.cores), "the cores this process may use"
-        need = max((rank_memory_bytes(item) for item in items), default=0)
+        needs = [rank_memory_bytes(item) for item in items]
+        if self.jobs is None and all(needs) and sum(needs) - RANK_BASE_BYTES * len(needs) \
+                < SMALL_INPUT_BYTES:
+            return 1   # starting processes would take longer than the whole analysis here
+        need = max(needs, default=0)
         available = available_memory_bytes()
         if need and available is not None and available // need < workers:
             workers = max(1, available // need)
@@ -100,6 +104,11 @@ class LocalExecutor:
 RANK_BASE_BYTES = 64 * 1024**2
 #: How much a gzip trace is assumed to inflate where its trailer does not tell.
 GZIP_RATIO = 10
+
+
+#: Local traces of less than this, all together (inflated), are analyzed in this process by
+#: default: a worker process costs more to start (its imports) than they take to analyze.
+SMALL_INPUT_BYTES = 16 << 20
 
 
 def rank_memory_bytes(item: Any) -> int:

@@ -41,7 +41,8 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
                                     *(Path(run.folder) / "run.json" for run in analysis.runs)],
                   what="a trace being analyzed")
     advice = findings(analysis.runs, cap_advice_for_runs(analysis.runs))
-    tables = [console.run_table(analysis, advice)]
+    runs_table, flagged = console.run_table(analysis, advice)
+    tables = [runs_table]
     if (groups := console.group_table(analysis)) is not None:
         tables.append(groups)
     if options.per_step:
@@ -67,6 +68,6 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
                              critical.figures() if critical is not None else ())
 
     return Output(document, tables if analysis.runs else [],
-                  sections, notes=console.note_lines(analysis),
+                  sections, notes=[*console.note_lines(analysis), *flagged],
                   page=page if analysis.runs else None, page_name=page_name,
                   title="ddpprof analyze", errors=errors, exit_code=2 if errors else 0)

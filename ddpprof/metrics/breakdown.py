@@ -47,7 +47,7 @@ class Breakdown:
         return 100.0 * (self.overlap_us / self.comm_us) if self.comm_us > 0 else None
 
     @property
-    def comm_overhead_pct(self) -> float:
+    def exposed_comm_pct(self) -> float:
         """Exposed communication as a share of the window."""
         return self.pct(self.exposed_comm_us)
 

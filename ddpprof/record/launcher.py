@@ -33,7 +33,7 @@ from ..manifest import (
     now_iso,
     status_detail,
 )
-from ..options import check_run_name
+from ..options import check_run_name, unknown_model
 from ..progress import Progress
 from ..run_folder import FOLDER_ID_ENV, RunFolder
 from ..variants import VARIANTS
@@ -128,8 +128,7 @@ def validate(recording: Recording) -> None:
         raise UsageError(f"--name: {problem}")
     for model in dict.fromkeys(c.model for c in recording.configs or (config,)):
         if config.model_path is None and model not in MODEL_NAMES:
-            raise UsageError(f"unknown model {model!r} (choose from "
-                             f"{', '.join(MODEL_NAMES)}, or give --model-path)")
+            raise UsageError(unknown_model(model))
         positions = SMOLLM2_CONFIGS.get(model, {}).get("max_position_embeddings")
         if config.model_path is None and positions and config.seq_len > positions:
             raise UsageError(f"--seq-len {config.seq_len} is longer than {model}'s "

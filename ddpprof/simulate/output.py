@@ -9,16 +9,9 @@ import msgspec
 from ..errors import UsageError
 from ..json_input import read_json_bytes
 from ..manifest import RunManifest, validation_problem
-from ..report.table import Column, columns
 from ..units import KIB, MIB
 from ..variants import DEFAULT_BUCKET_CAP_MIB
 from .results import Measured, SimulateRow, Simulation, best, median_error_pct
-
-COLUMNS: list[Column] = [
-    Column("variant"), Column("world_size", "ranks"), Column("bucket_cap_mib", "cap_mib"),
-    Column("step_ms"), Column("exposed_comm_ms", "exposed_ms"), Column("overlap_pct", "overlap_%"),
-    Column("efficiency"), Column("measured_step_ms", "measured_ms"), Column("error_pct", "error_%"),
-    *columns(wide=("buckets", "recorded"))]
 
 
 class CostDocument(msgspec.Struct, kw_only=True):
