@@ -15,7 +15,7 @@ from ..trace.storage import location_of, report_name
 
 #: The table of the predictions (``SimulateRow``), named as every other command names them.
 COLUMNS = [*columns("variant", "world_size", "bucket_cap_mib", "step_ms"),
-           Column("exposed_comm_ms_per_step", attr="exposed_comm_ms"),
+           Column("exposed_comm_ms_per_step"),
            *columns("overlap_pct", "efficiency", "measured_step_ms", "error_pct",
                     wide=("buckets", "recorded"))]
 

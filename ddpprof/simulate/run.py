@@ -161,7 +161,8 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
             # exposed communication and overlap over the replayed steps as ``analyze``
             # measures them over its window (``_measured``): per step on average, and per
             # rank over all the steps, then the ranks' mean
-            exposed_comm_ms=statistics.fmean(o.exposed_us for o in outcomes) / ratio / 1e3,
+            exposed_comm_ms_per_step=statistics.fmean(o.exposed_us for o in outcomes) / ratio
+            / 1e3,
             overlap_pct=overlap_pct(outcomes),
             efficiency=statistics.median(single) / ratio / (n * step_us)
             if step_us and single else 0.0,
@@ -173,7 +174,7 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
         notes.append("--bucket-cap-mib: not applied: no bucket cap is known to re-bucket (no "
                      "run.json naming a bucketed variant beside the trace)")
     if edits:   # the run's own row is then a prediction of something else
-        measured = Measured(None, measured.overlap_pct, measured.exposed_comm_ms,
+        measured = Measured(None, measured.overlap_pct, measured.exposed_comm_ms_per_step,
                             measured.step_source)
     simulation = Simulation(str(run_path), variant, first.path, world, [g.step for g in graphs],
                             model, tax, tax_source, run_level, ratio, predictions, measured,

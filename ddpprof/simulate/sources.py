@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import sanity
 from ..errors import UsageError
 from ..metrics.cost import CostModel, fit_cost, traffic_bytes
 
@@ -87,9 +88,14 @@ def cost_model(run_path: Path, transfers: Callable[[], list[Transfer]], world: i
     problem = ("the trace's collectives record no message sizes" if not samples else "")
     if samples:
         try:
-            return fit_cost(np.array([s for s, _ in samples], dtype=float),
-                            np.array([t for _, t in samples]),
-                            f"fit over the run's {len(samples)} collective transfers"), None
+            fitted = fit_cost(np.array([s for s, _ in samples], dtype=float),
+                              np.array([t for _, t in samples]),
+                              f"fit over the run's {len(samples)} collective transfers")
+            flag = sanity.fit("the cost model", fitted.r2)
+            if flag is None:
+                return fitted, None
+            problem = (f"the fit over the run's {len(samples)} collective transfers has R² = "
+                       f"{fitted.r2:.3f}: {flag.problem}")
         except UsageError as error:
             problem = str(error)
     if costs.fallback is not None:
