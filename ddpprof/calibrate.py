@@ -22,6 +22,7 @@ read as they are.
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import stat
 import statistics
@@ -143,12 +144,22 @@ class Calibration(msgspec.Struct, kw_only=True):
                          len(self.points), source, curve)
 
 
+#: The most sizes one sweep measures (4 KiB to 256 MiB by a factor of 2 is 17).
+MAX_SWEEP_SIZES = 256
+
+
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: float = 2.0) -> list[int]:
-    """``min_bytes``, × ``factor``, ... up to ``max_bytes``, each a whole number of float32s."""
+    """``min_bytes``, × ``factor``, ... up to ``max_bytes``, each a whole number of float32s;
+    at most :data:`MAX_SWEEP_SIZES` of them, counted before any is listed."""
     if max_bytes < min_bytes:
         raise UsageError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes}")
     if factor <= 1:
         raise UsageError(f"--step-factor {factor:g} must be above 1")
+    count = math.floor(math.log(max_bytes / min_bytes) / math.log(factor) + 1e-9) + 1
+    if count > MAX_SWEEP_SIZES:
+        raise UsageError(f"--step-factor {factor:g} from --min-bytes {min_bytes} to --max-bytes "
+                         f"{max_bytes} makes {count:,} sizes, more than {MAX_SWEEP_SIZES}: take "
+                         "a larger factor or a narrower range")
     sizes, size = [], float(min_bytes)
     while size <= max_bytes * (1 + 1e-9):
         sizes.append(max(4, int(size) // 4 * 4))

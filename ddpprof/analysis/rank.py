@@ -27,6 +27,7 @@ from ..metrics.groups import group_figures
 from ..trace import classify
 from ..trace.classify import Kind
 from ..trace.events import RankTrace, launch_times
+from ..trace.names import MAX_NAME_CHARS
 from ..trace.structure import StructuralComm, structural_comm
 from . import tax
 from .buckets import BucketTimeline, bucket_timeline
@@ -66,6 +67,10 @@ def analyze_rank(trace: RankTrace, rank: int, last_step: LastStep,
     if trace.dropped_events:
         result.notes.append(f"{trace.dropped_events} complete events without a start or a "
                             "duration were skipped")
+    if trace.shortened_names:
+        result.notes.append(f"{trace.shortened_names} event name(s) longer than "
+                            f"{MAX_NAME_CHARS:,} characters shortened (their beginning, length "
+                            "and a hash kept)")
     return result
 
 
