@@ -216,6 +216,9 @@ def variants(outputs: Outputs) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input is one line on stderr and exit 2; a failed run is one line and
     exit 1; a signal that stopped a recording is exit 128 + its number."""
+    from .report.ascii import install
+
+    install()       # a stream that cannot encode a rule, an arrow or µ gets ASCII
     try:
         cli.main(args=argv, prog_name="ddpprof", standalone_mode=False)
     except (UsageError, click.UsageError) as error:
@@ -225,6 +228,10 @@ def main(argv: list[str] | None = None) -> None:
     except (RunFailed, click.ClickException) as error:
         _fail(error.format_message() if isinstance(error, click.ClickException) else str(error),
               1)
+    except MemoryError:
+        from .processes import out_of_memory
+
+        _fail(out_of_memory(), 2)
     except click.exceptions.Abort:
         _fail("aborted", 130, prefix="ddpprof: ")
     except BrokenPipeError:
