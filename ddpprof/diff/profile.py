@@ -15,6 +15,7 @@ section of an ``analyze --json`` document (:func:`profile_of_row`), which holds 
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Iterable
 from typing import Annotated, Any
@@ -89,7 +90,7 @@ class BucketItem(msgspec.Struct, frozen=True):
     exposed_ms: StepMs
 
 
-class RunProfile(msgspec.Struct, kw_only=True):
+class RunProfile(msgspec.Struct, kw_only=True, dict=True):
     """One run's steps as parts (times in ms, per step; see the module's docstring). Its
     lists agree (:meth:`__post_init__`): a value per part, per step, per rank, and items that
     name a part of ``parts``."""
@@ -112,6 +113,12 @@ class RunProfile(msgspec.Struct, kw_only=True):
     config: RunConfig | None = None             # run.json's, for a ddpprof recording
     measured: RunMeasurements | None = None     # run.json's, for a ddpprof recording
     unprofiled_step_ms: StepMs | None = None    # run.json's median step without the profiler
+
+    @functools.cached_property
+    def part_index(self) -> dict[PartKey, int]:
+        """Each part's position in ``parts`` (a run of many process groups has thousands of
+        parts: looked up, never searched)."""
+        return {key: k for k, key in enumerate(self.parts)}
 
     def __post_init__(self) -> None:
         """Refuse lists that do not agree (a ``ValueError``, which msgspec reports as a
