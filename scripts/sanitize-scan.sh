@@ -4,7 +4,7 @@
 # damaged and real runs of events against the Python decoder) and a mutation fuzz of slices of
 # every fixture trace run through that build. Any report of either sanitizer fails (exit 1).
 #
-#   bash scripts/sanitize-scan.sh                  # CI's budget: a few hundred cases, ~30 s
+#   bash scripts/sanitize-scan.sh                  # a small budget (CI's test sets a smaller)
 #   FUZZ_EXAMPLES=3000 MUTANTS=200000 bash scripts/sanitize-scan.sh   # a longer local run
 #
 # gcc builds it (clang works too: CC=clang); a Python extension cannot link ASan's runtime
@@ -30,8 +30,9 @@ export DDPPROF_SANITIZED_SCAN="$build/_scan$suffix"
 export DDPPROF_FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-40}"
 export DDPPROF_SCAN_MUTANTS="${MUTANTS:-4000}"
 status=0
-LD_PRELOAD="$runtime" "$PYTHON" -m pytest -q -p sanitized_scan -p no:cacheprovider \
-    -p no:xdist tests/test_native_scan.py tests/test_native_scan_mutants.py || status=$?
+LD_PRELOAD="$runtime" PYTHONPATH="tests${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m pytest -q \
+    -p sanitized_scan -p no:cacheprovider -p no:xdist "$@" tests/test_native_scan.py \
+    tests/test_native_scan_mutants.py || status=$?
 if compgen -G "$log.*" >/dev/null; then
     cat "$log".* >&2
     echo "sanitize-scan: the sanitizers reported the above" >&2

@@ -18,3 +18,5 @@ sys.modules["ddpprof.trace._scan"] = _module
 from ddpprof.trace import scanned  # noqa: E402  (after the build is in place)
 
 assert scanned._scan is _module.scan, "the installed scan was imported before the plugin"
+with open("/proc/self/maps") as _maps:     # the sanitizers' runtime is really in place
+    assert "libasan" in _maps.read(), "run with LD_PRELOAD of libasan (sanitize-scan.sh)"

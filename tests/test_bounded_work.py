@@ -7,6 +7,7 @@ about time run a command under a generous timeout that the code before ran far p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -25,9 +26,9 @@ from ddpprof.trace.decode_events import Event, lenient_event
 from ddpprof.trace.names import MAX_NAME_CHARS
 
 REPO = Path(__file__).resolve().parent.parent
-#: Far beyond what each command needs here (a second or two), far below what the code before
+#: Far beyond what each command needs here (seconds), far below what the code before
 #: took (minutes, or hours).
-TIMEOUT_S = 60
+TIMEOUT_S = 180
 
 
 def _within_timeout(*args: str) -> subprocess.CompletedProcess[str]:
@@ -89,7 +90,7 @@ def test_huge_names_are_shortened_before_any_table_or_scrubbing(tmp_path):
 _OLD_SCRUB = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:)[^/@\s]+@")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.text(alphabet="ab1:/@ .+-xZ\n", max_size=40))
 def test_scrubbing_finds_the_passwords_the_regex_found(text):
     assert without_secrets(text) == _OLD_SCRUB.sub(r"\1***@", text)
@@ -107,20 +108,45 @@ def test_scrubbing_is_linear_in_a_long_run_of_letters():
 
 # ---- many groups --------------------------------------------------------------------------
 
-def test_ten_thousand_groups_are_analyzed_and_diffed_well_under_a_minute(tmp_path):
+class _Counted(list):
+    """A list that counts the items read from it by index."""
+
+    reads = 0
+
+    def __getitem__(self, index):
+        _Counted.reads += 1
+        return super().__getitem__(index)
+
+
+def test_a_run_of_many_groups_reads_each_call_a_bounded_number_of_times(tmp_path,
+                                                                         monkeypatch):
+    """500 groups, 600 calls per rank: each call's group is read a few times, not once per
+    group (the code before read it 500 times over in ``analysis.groups`` and in
+    ``metrics.waits``: 10,000 groups took 177 s to analyze and 560 s to diff;
+    ``benchmarks/scaling_inputs.py --only groups`` measures the time)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         from scaling_inputs import many_groups
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    run = many_groups(tmp_path / "run", 10_000)
-    result = _within_timeout("analyze", str(run), "--jobs", "1", "--json",
-                             str(tmp_path / "a.json"))
-    assert result.returncode == 0, result.stderr
-    groups = json.loads((tmp_path / "a.json").read_text())["runs"][0]["process_groups"]
-    assert len(groups) == 10_000
-    result = _within_timeout("diff", str(tmp_path / "a.json"), str(tmp_path / "a.json"))
-    assert result.returncode == 0, result.stderr
+    from ddpprof.analysis import AnalysisOptions, analyze_paths, rank
+    from ddpprof.diff.profile import run_profile
+
+    made = rank.collective_calls
+    calls_made = []
+
+    def counted(*args, **kwargs):
+        calls = made(*args, **kwargs)
+        calls_made.append(calls.n)
+        return dataclasses.replace(calls, group=_Counted(calls.group),
+                                   groups=_Counted(calls.groups))
+
+    monkeypatch.setattr(rank, "collective_calls", counted)
+    _Counted.reads = 0
+    [run] = analyze_paths([many_groups(tmp_path / "run", 500)], AnalysisOptions(jobs=1)).runs
+    profile = run_profile(run)
+    assert profile is not None and len(profile.collectives) == len(run.process_groups) > 400
+    assert _Counted.reads <= 20 * sum(calls_made), (_Counted.reads, sum(calls_made))
 
 
 # ---- the lenient decoder ------------------------------------------------------------------
@@ -134,7 +160,7 @@ _GROUP_ARGS = st.fixed_dictionaries({}, optional={
         "In split size", "Out split size", "name")})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_GROUP_ARGS)
 def test_the_lenient_decoder_keeps_every_argument_the_strict_one_keeps(args):
     """An event read leniently (one of its fields of an odd type) keeps its arguments as the

@@ -21,6 +21,7 @@ frequency, placement; shared by all its steps) and the mean of its steps' own sc
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -210,6 +211,7 @@ def t_cdf(x: float, df: float) -> float:
     return 1 - tail if x >= 0 else tail
 
 
+@functools.lru_cache(maxsize=4096)     # a diff of many parts asks for the same ones
 def t_quantile(p: float, df: float) -> float:
     """The ``p`` quantile of Student's t (bisection on :func:`t_cdf`)."""
     if math.isinf(df) or df > 1e7:

@@ -28,7 +28,7 @@ from ..analysis.parts import PartKey, RankParts
 from ..analysis.results import RankResult, RunResult
 from ..errors import UsageError
 from ..manifest import RunMeasurements, validation_problem
-from ..metrics.comm import CollectiveCalls, collective_stats
+from ..metrics.comm import collective_stats
 from ..metrics.partition import cut, density_integral
 from ..metrics.waits import CallWaits, call_waits
 from ..options import MAX_RANKS as WORLD_MAX
@@ -178,18 +178,16 @@ def _waiting_moved(rank: RankResult, own: RankParts, waits: CallWaits | None
     return parts, grown
 
 
-def _subset(calls: CollectiveCalls, keep: np.ndarray) -> CollectiveCalls:
-    return calls.subset(np.flatnonzero(keep))
-
-
 def _collectives(ranks: list[RankResult]) -> list[CollectiveItem]:
     found: dict[tuple[str, str], list[tuple[float, float, float | None, float | None]]] = {}
     for rank in ranks:
         steps = max(rank.steps, 1)
-        labels = rank.calls.group_labels()
-        groups = np.array(labels, dtype=object)
-        for group in sorted(set(labels)):
-            stats = collective_stats(_subset(rank.calls, groups == group))
+        by_group: dict[str, list[int]] = {}     # one pass, however many groups
+        for i, label in enumerate(rank.calls.group_labels()):
+            by_group.setdefault(label, []).append(i)
+        for group in sorted(by_group):
+            stats = collective_stats(rank.calls.subset(np.array(by_group[group],
+                                                                dtype=np.int64)))
             for kind, s in stats.items():
                 found.setdefault((kind, group), []).append(
                     (s.calls / steps, s.total_us / 1e3 / steps, s.bytes_per_call, s.busbw_gbps))

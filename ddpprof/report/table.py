@@ -98,15 +98,23 @@ def csv_cell(value: Any) -> Any:
     return value
 
 
+#: The most rows a table prints on a terminal (a file can list ten thousand process groups:
+#: ``--json``, ``--csv`` and ``--markdown`` hold every one).
+MAX_TERMINAL_ROWS = 500
+
+
 def to_text(table: Table, wide: bool = False, terminal: bool = False) -> str:
-    """The table aligned for a terminal (numbers right-aligned); ``terminal``: bold headers."""
+    """The table aligned for a terminal (numbers right-aligned); ``terminal``: bold headers.
+    At most ``MAX_TERMINAL_ROWS`` rows, then a line saying how many more there are."""
     from rich import box
     from rich.console import Console
     from rich.table import Table as RichTable
     from rich.text import Text
 
     shown = table.shown(wide)
-    cells = [[table.shown_value(row, c) for c in shown] for row in table.rows]
+    more = len(table.rows) - MAX_TERMINAL_ROWS
+    cells = [[table.shown_value(row, c) for c in shown]
+             for row in table.rows[:MAX_TERMINAL_ROWS]]
     rich = RichTable(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                      collapse_padding=True, header_style="bold" if terminal else "",
                      title=table.title, title_justify="left")
@@ -120,7 +128,10 @@ def to_text(table: Table, wide: bool = False, terminal: bool = False) -> str:
     buffer = io.StringIO()
     Console(file=buffer, width=100_000, color_system="standard" if terminal else None,
             highlight=False, emoji=False).print(rich)
-    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+    text = "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+    if more > 0:
+        text += f"... and {more:,} more rows (--json, --csv or --markdown lists them all)\n"
+    return text
 
 
 def to_markdown(table: Table, wide: bool = True) -> str:
