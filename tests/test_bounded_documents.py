@@ -52,7 +52,7 @@ PROFILES = {
 
 @pytest.mark.parametrize("case", PROFILES, ids=list(PROFILES))
 def test_a_diff_document_that_breaks_its_schema_is_one_line(case, analyzed, tmp_path, capsys):
-    run, document = analyzed
+    _, document = analyzed
     edit, field = PROFILES[case]
     bad = edited(document, tmp_path / "bad.json", _profile(edit))
     one_line(cli(capsys, "diff", bad, document), str(bad), field)
@@ -60,7 +60,7 @@ def test_a_diff_document_that_breaks_its_schema_is_one_line(case, analyzed, tmp_
 
 @pytest.mark.parametrize("case", ["an item's part 999", "step_ms NaN", "a part of 1e300 ms"])
 def test_a_gate_document_is_checked_as_diff_checks_it(case, analyzed, tmp_path, capsys):
-    run, document = analyzed
+    _, document = analyzed
     edit, field = PROFILES[case]
     bad = edited(document, tmp_path / "bad.json", _profile(edit))
     one_line(cli(capsys, "gate", document, "--baseline", bad, "--significance", "0.95"),
@@ -68,7 +68,7 @@ def test_a_gate_document_is_checked_as_diff_checks_it(case, analyzed, tmp_path, 
 
 
 def test_run_noise_that_would_overflow_is_refused(analyzed, capsys):
-    run, document = analyzed
+    _, document = analyzed
     one_line(cli(capsys, "diff", document, document, "--run-noise", "1e308"), "--run-noise")
 
 
@@ -77,7 +77,7 @@ def test_run_noise_that_would_overflow_is_refused(analyzed, capsys):
     ([{"name": 5}], "process_groups[0].name")])
 def test_a_gate_row_whose_ranks_or_groups_are_not_rows_is_one_line(rows, field, analyzed,
                                                                    tmp_path, capsys):
-    run, document = analyzed
+    _, document = analyzed
     key = field.split("[")[0]
     bad = edited(document, tmp_path / "bad.json", lambda d: d["runs"][0].update({key: rows}))
     one_line(cli(capsys, "gate", document, "--baseline", bad, "--rule",
