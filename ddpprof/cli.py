@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _fail(message: str, code: int, prefix: str = "ddpprof: error: ") -> None:
     # one line, whatever a file name holds (a line break, an escape sequence)
-    click.echo(f"{prefix}{terminal_text(without_secrets(message))}", err=True)
+    # (sys.stderr itself: click's own stderr writes UTF-8 to a stream that cannot take it)
+    click.echo(f"{prefix}{terminal_text(without_secrets(message))}", file=sys.stderr)
     sys.exit(code)
 
 

@@ -81,7 +81,7 @@ def test_every_command_writes_ascii_where_the_terminal_has_nothing_else(command,
 
 
 def test_rules_arrows_and_units_read_the_same_in_ascii():
-    assert to_ascii("──→ 5 µs ≥ 2 × 3…") == "--> 5 us >= 2 x 3..."
+    assert to_ascii("──→ 5 µs ≥ 2 × 3…") == "---> 5 us >= 2 x 3..."
     assert to_ascii("café ┃ ┏━┓") == "cafe | +-+"
 
 
