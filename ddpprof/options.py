@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
+from .numbers import ascii_decimal, ascii_whole
 from .units import GIB, KIB, MIB
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,35 +38,6 @@ else:   # click before 8.2 has a ParamType that takes no type parameters at run 
     ParamType = click.ParamType
 #: The bucket caps ``simulate`` predicts and ``sweep`` records unless told, in MiB.
 WHAT_IF_CAPS_MIB = "1,2,5,10,25,50,100"
-
-
-#: Numbers as a command line writes them, in ASCII only: Python's ``int`` and ``float`` also
-#: take other scripts' digits (``'٣'``), digits with underscores (``'1_000'``), and
-#: ``str.isdigit`` holds for ``'²'``, which ``int`` refuses. A number's text is at most
-#: ``MAX_NUMBER_CHARS`` long (``int`` refuses more than 4,300 digits with a traceback of its
-#: own).
-_WHOLE = re.compile(r"[-+]?[0-9]+")
-_DECIMAL = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-_NOT_FINITE = re.compile(r"[-+]?(?:nan|inf|infinity)", re.IGNORECASE)
-MAX_NUMBER_CHARS = 400
-
-
-def ascii_whole(text: str) -> int | None:
-    """``text`` as a whole number written in ASCII digits (an optional sign), else None."""
-    text = text.strip()
-    if len(text) > MAX_NUMBER_CHARS or not _WHOLE.fullmatch(text):
-        return None
-    return int(text)
-
-
-def ascii_decimal(text: str) -> float | None:
-    """``text`` as a number written in ASCII (``12``, ``-0.5``, ``1e-3``; ``nan`` and ``inf``
-    as themselves), else None."""
-    text = text.strip()
-    if len(text) > MAX_NUMBER_CHARS or not (_DECIMAL.fullmatch(text)
-                                            or _NOT_FINITE.fullmatch(text)):
-        return None
-    return float(text)
 
 
 class Whole(click.IntRange):
@@ -173,7 +145,7 @@ class Endpoint(ParamType):
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> str:
         host, _, port = str(value).rpartition(":")
-        number = ascii_whole(port) if port.isascii() and port.isdigit() else None
+        number = ascii_whole(port)
         if not _is_host(host) or number is None or not 1 <= number <= 65535:
             self.fail(f"{value!r} is not HOST:PORT with a port in 1-65535", param, ctx)
         return str(value)
@@ -211,12 +183,9 @@ class InjectDelay(ParamType):
 
 
 class WhatIf(ParamType):
-    """A graph edit of ``critical-path`` and ``simulate`` (``ddpprof.graph.whatif``), checked
-    here and kept as text (the graph parses it): ``CLASS=PCT`` (``--faster``: a work class of
-    ``classify.WORK_CLASSES`` and a percentage in [0, 100)), ``PCT`` (``--faster-network``), or
-    ``RANK=US`` (``--rank-delay``: a rank, in ASCII digits, below ``MAX_RANKS``, and a delay
-    of at most ``MAX_DELAY_US`` either way). Whether the rank is one of the run's is checked
-    once the run is read (:func:`check_rank_edits`)."""
+    """A graph edit (``graph.whatif``), checked and kept as text: ``CLASS=PCT`` (``--faster``,
+    0 ≤ PCT < 100), ``PCT`` (``--faster-network``) or ``RANK=US`` (``--rank-delay``: a rank
+    below ``MAX_RANKS``, |US| ≤ ``MAX_DELAY_US``; the run's ranks: :func:`check_rank_edits`)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -227,9 +196,7 @@ class WhatIf(ParamType):
         text = str(value).strip()
         target, _, amount_text = text.rpartition("=")
         amount = ascii_decimal(amount_text)
-        if self.kind == "faster-network" and target:
-            amount = None
-        if amount is None:
+        if amount is None or (self.kind == "faster-network" and target):
             self.fail(f"{value!r} is not {self.name.upper()}", param, ctx)
         if not math.isfinite(amount):
             self.fail(f"{value!r}: not a finite number", param, ctx)
@@ -253,16 +220,21 @@ class WhatIf(ParamType):
 
 
 def check_rank_edits(edits: Iterable[Edit], ranks: Iterable[int], where: str) -> None:
-    """A ``UsageError`` when a ``--rank-delay`` names a rank that ``where`` (a run) does not
-    have, naming the ranks it has."""
+    """A ``UsageError`` naming the ranks ``where`` (a run) has, for a ``--rank-delay`` of
+    another."""
     from .errors import UsageError
 
-    there = sorted(set(ranks))
+    there = set(ranks)
     for edit in edits:
         if edit.kind == "rank-delay" and int(edit.target) not in there:
-            shown = ", ".join(map(str, there[:16])) + (", ..." if len(there) > 16 else "")
             raise UsageError(f"--rank-delay {edit.target}={edit.amount:g}: {where} has no rank "
-                             f"{edit.target} (its ranks: {shown})")
+                             f"{edit.target} (its ranks: {ranks_text(there)})")
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``0, 1, 2``: the first 16 ranks, then ``...``."""
+    shown = sorted(set(ranks))
+    return ", ".join(map(str, shown[:16])) + (", ..." if len(shown) > 16 else "")
 
 
 class ByteSize(ParamType):

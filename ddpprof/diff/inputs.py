@@ -16,8 +16,9 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..analysis_document import ANALYZE_SCHEMA, analyzed_runs
 from ..errors import UsageError
-from ..gate import ANALYZE_SCHEMA, ConfigKey, analyzed_runs
+from ..gate import ConfigKey
 from ..json_input import read_json_bytes
 from ..trace.io import open_regular
 from ..trace.storage import Location, location_of

@@ -24,6 +24,3 @@ def shorten(name: str) -> str:
     tail = f"...[{len(name):,} chars, {digest}]"
     return name[:MAX_NAME_CHARS - len(tail)] + tail
 
-
-def is_shortened(name: str) -> bool:
-    return len(name) == MAX_NAME_CHARS and name.endswith("]") and "...[" in name
