@@ -218,6 +218,9 @@ def variants(outputs: Outputs) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input is one line on stderr and exit 2; a failed run is one line and
     exit 1; a signal that stopped a recording is exit 128 + its number."""
+    from .report.ascii import install
+
+    install()       # a stream that cannot encode a rule, an arrow or µ gets ASCII
     try:
         cli.main(args=argv, prog_name="ddpprof", standalone_mode=False)
     except (UsageError, click.UsageError) as error:
@@ -227,6 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     except (RunFailed, click.ClickException) as error:
         _fail(error.format_message() if isinstance(error, click.ClickException) else str(error),
               1)
+    except MemoryError:
+        from .processes import out_of_memory
+
+        _fail(out_of_memory(), 2)
     except click.exceptions.Abort:
         _fail("aborted", 130, prefix="ddpprof: ")
     except BrokenPipeError:
@@ -240,7 +247,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _fail(message: str, code: int, prefix: str = "ddpprof: error: ") -> None:
     # one line, whatever a file name holds (a line break, an escape sequence)
-    click.echo(f"{prefix}{terminal_text(without_secrets(message))}", err=True)
+    # (sys.stderr itself: click's own stderr writes UTF-8 to a stream that cannot take it)
+    click.echo(f"{prefix}{terminal_text(without_secrets(message))}", file=sys.stderr)
     sys.exit(code)
 
 

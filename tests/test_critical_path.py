@@ -276,7 +276,7 @@ def test_critical_path_command_json_graph_and_page(ddpprof_cli, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--faster", "gemm"], "--faster 'gemm': expected NAME=NUMBER"),
+    (["--faster", "gemm"], "'gemm' is not CLASS=PCT"),
     (["--faster", "tensor=20"], "the class is one of gemm, compute"),
     (["--faster-network", "100"], "the percentage must be in [0, 100)"),
     (["--rank-delay", "x=5"], "RANK must be a rank number"),
@@ -286,7 +286,7 @@ def test_bad_edits_are_one_line_and_exit_2(ddpprof_cli, args, message):
                          *args)
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("ddpprof: error: --") and message in line
+    assert line.startswith("ddpprof: error: ") and args[0] in line and message in line
 
 
 def test_analyze_critical_path_section_and_findings(ddpprof_cli, tmp_path):

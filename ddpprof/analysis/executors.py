@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..processes import die_with_parent, usable_cores
+from ..processes import die_with_parent, memory_room, usable_cores
 from ..trace import io
 
 #: How long a Dask analysis waits with no worker left before it gives up, rather than hang.
@@ -144,24 +144,10 @@ def rank_memory_bytes(item: Any) -> int:
 
 
 def available_memory_bytes() -> int | None:
-    """Memory this process may still use: the kernel's ``MemAvailable``, or less where a
-    cgroup (a container) limits it; None where neither can be read."""
-    found = []
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError):
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max":
-            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-            found.append(max(0, int(limit) - used))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
+    """Memory this process may still use (``processes.memory_room``: what is available, its
+    cgroup's limit, its address-space limit); None where none can be read."""
+    room = memory_room()
+    return room[0] if room else None
 
 
 class DaskExecutor:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..trace import classify
 from ..trace.events import RankTrace
+from ..trace.names import MAX_NAME_CHARS
 from .device_rank import DeviceAnalysis
 from .host_rank import HostAnalysis
 from .options import AnalysisOptions, LastStep
@@ -34,6 +35,10 @@ def analyze_rank(trace: RankTrace, rank: int, last_step: LastStep,
     if trace.dropped_events:
         result.notes.append(f"{trace.dropped_events} complete events without a start or a "
                             "duration were skipped")
+    if trace.shortened_names:
+        result.notes.append(f"{trace.shortened_names} event name(s) longer than "
+                            f"{MAX_NAME_CHARS:,} characters shortened (their beginning, length "
+                            "and a hash kept)")
     return result
 
 

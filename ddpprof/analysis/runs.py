@@ -18,6 +18,7 @@ from ..errors import NotATrace, TraceError, UsageError
 from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
 from ..metrics.tax import overlap_tax
 from ..metrics.waits import wait_split
+from ..processes import out_of_memory
 from ..trace import classify, storage
 from ..trace.discover import RunInput, discover
 from ..trace.events import RankTrace
@@ -76,6 +77,8 @@ def _load_and_analyze(path: Location, options: AnalysisOptions, several: bool,
         return outcome
     except TraceError as error:
         return _Outcome(path, None, None, set(), None, error)
+    except MemoryError:     # one line through the parent, never a traceback
+        return _Outcome(path, None, None, set(), None, TraceError(path, out_of_memory()))
 
 
 def _analyze(trace: RankTrace, last_step: LastStep, options: AnalysisOptions) -> RankResult:

@@ -22,6 +22,7 @@ from ..graph.contended import Tax
 from ..graph.model import StepGraph
 from ..graph.summary import CriticalPathDocument, StepPath, run_paths
 from ..graph.whatif import Edit, parse_edits
+from ..options import check_rank_edits
 from ..report.console import note_lines
 from ..report.output import Output, Outputs, Section
 from ..report.table import Table
@@ -80,6 +81,9 @@ def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[s
     outputs.check(page_name, files=inputs, what="a trace being analyzed")
     if graph_json is not None:
         refuse_inputs({"--graph-json": graph_json}, files=inputs, what="a trace being analyzed")
+    for run in analysis.runs:
+        check_rank_edits((e for chosen in edits for e in chosen), (r.rank for r in run.ranks),
+                         f"run {run.name!r}")
     steps, graphs, notes, _ = critical_paths(analysis, edits)
     errors = [error.error for error in analysis.errors]
     if not errors and not steps:

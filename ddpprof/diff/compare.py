@@ -149,8 +149,7 @@ def part_values(profiles: Sequence[RunProfile], key: PartKey
         if key == STEP:
             means.append(profile.step_ms)
             series.append(profile.step_series_ms)
-        elif key in profile.parts:
-            k = profile.parts.index(key)
+        elif (k := profile.part_index.get(key)) is not None:
             means.append(profile.part_ms[k])
             series.append(profile.part_series_ms[k])
         else:
@@ -169,7 +168,8 @@ def _rank_move(before: Sequence[RunProfile], after: Sequence[RunProfile], key: P
             if p.rank_part_ms is None or p.rank_step_ms is None:
                 return None
             values = p.rank_step_ms if key == STEP else (
-                p.rank_part_ms[p.parts.index(key)] if key in p.parts else [0.0] * len(p.ranks))
+                p.rank_part_ms[p.part_index[key]] if key in p.part_index
+                else [0.0] * len(p.ranks))
             for rank, value in zip(p.ranks, values, strict=True):
                 rows.setdefault(rank, []).append(value)
         return {rank: statistics.fmean(v) for rank, v in rows.items()}

@@ -35,6 +35,7 @@ least ``1 − α`` when the model holds.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -325,6 +326,7 @@ def t_cdf(x: float, df: float) -> float:
     return 1 - tail if x >= 0 else tail
 
 
+@functools.lru_cache(maxsize=4096)     # a diff of many parts asks for the same ones
 def t_quantile(p: float, df: float) -> float:
     """The ``p`` quantile of Student's t (bisection on :func:`t_cdf`)."""
     if math.isinf(df) or df > 1e7:

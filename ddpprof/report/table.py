@@ -214,14 +214,23 @@ def _fit(headers: list[str], cells: list[list[str]], numeric: list[bool],
     return widths
 
 
+#: The most rows a table prints on a terminal (a file can list ten thousand process groups:
+#: ``--json``, ``--csv`` and ``--markdown`` hold every one).
+MAX_TERMINAL_ROWS = 500
+
+
 def to_text(table: Table, wide: bool = False, terminal: bool = False,
             width: int | None = None) -> str:
     """The table aligned for a terminal ``width`` wide (:func:`terminal_width`): numbers
     right-aligned, text and headers wrapped at word boundaries. Columns that do not fit are
     left out, and said so; with ``wide`` every column is shown, as a table of one row per
-    column where the table itself does not fit. ``terminal``: bold headers."""
+    column where the table itself does not fit. ``terminal``: bold headers. At most
+    ``MAX_TERMINAL_ROWS`` rows, then a line saying how many more there are."""
     width = width or terminal_width()
     shown = table.shown(wide)
+    more = len(table.rows) - MAX_TERMINAL_ROWS
+    if more > 0:
+        table = Table(table.columns, table.rows[:MAX_TERMINAL_ROWS], table.title)
     values = [[table.shown_value(row, c) for c in shown] for row in table.rows]
     cells = [[terminal_text(format_cell(v)) for v in row] for row in values]
     numeric = [bool(values) and all(isinstance(r[k], int | float) or r[k] is None
@@ -240,7 +249,9 @@ def to_text(table: Table, wide: bool = False, terminal: bool = False,
                 "columns: --wide shows every column)\n")
     widths = widths or [max([len(h), *(len(r[k]) for r in cells)])
                         for k, h in enumerate(headers)]
-    return _render(table.title, headers, cells, numeric, widths, terminal, width) + note
+    rest = (f"... and {more:,} more rows (--json, --csv or --markdown lists them all)\n"
+            if more > 0 else "")
+    return _render(table.title, headers, cells, numeric, widths, terminal, width) + note + rest
 
 
 def _render(title: str | None, headers: list[str], cells: list[list[str]],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
@@ -156,9 +157,9 @@ def to_json_document(simulation: Simulation) -> SimulateDocument:
 
 class _MeasuredRow(msgspec.Struct):
     variant: str | None = None
-    bucket_cap_mib: float | None = None
-    bucket_cap_mb: float | None = None      # sweep --json version 1
-    step_ms: float | None = None
+    bucket_cap_mib: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
+    bucket_cap_mb: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None   # version 1
+    step_ms: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
 
 
 class _SweepFile(msgspec.Struct):

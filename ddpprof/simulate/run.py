@@ -19,6 +19,7 @@ from ..graph.model import CycleError, StepGraph
 from ..graph.whatif import Edit, overlap_pct
 from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
 from ..metrics.cost import CostModel
+from ..options import check_rank_edits
 from ..trace.discover import discover
 from ..variants import VariantInfo, variant_info
 from . import output, sources
@@ -63,6 +64,7 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     if len(analyzed) != 1:
         raise UsageError(f"{run.folder}: its {len(analyzed)} traces carry no rank, so they are "
                          "not one run's ranks; give one trace, or a run folder")
+    check_rank_edits(edits, (r.rank for r in analyzed[0].ranks), f"run {run.folder}")
     sweep_points = output.measured_steps(measured_file, run.manifest) if measured_file else {}
     return simulate(run_path, analyzed[0], sizes_mb, world_sizes,
                     Costs(bandwidth_gbps, latency_us, calibration), ready_order, sweep_points,

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..user_regex import compile_user
 from .comm_kernels import COMM_KERNEL_PATTERNS, SUSPECTED_COMM_KERNELS
 from .events import RankTrace
 
@@ -181,11 +182,13 @@ class KernelClassifier:
     def __init__(self, extra: Iterable[str] = (), hta_compat: bool = False) -> None:
         patterns = [COMM_KERNEL_PATTERNS[0].regex] if hta_compat else [
             p.regex for p in COMM_KERNEL_PATTERNS]
-        self.comm = re.compile("|".join(f"(?:{p})" for p in [*patterns, *extra]))
+        self.comm = re.compile("|".join(f"(?:{p})" for p in patterns))
+        # a user's expressions in linear time (``ddpprof.user_regex``): they cannot hang
+        self.extra = [compile_user(p, "--comm-kernel") for p in extra]
         self.hta_compat = hta_compat
 
     def kind(self, name: str) -> Kind:
-        if self.comm.search(name):
+        if self.comm.search(name) or any(e.search(name) for e in self.extra):
             return Kind.COMMUNICATION
         if MEMORY_KERNEL.match(name):
             return Kind.MEMORY
@@ -198,13 +201,7 @@ def validate_comm_patterns(patterns: Iterable[str]) -> list[str]:
     """The ``--comm-kernel`` expressions, compiled once to report a bad one by itself."""
     checked = []
     for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as error:
-            from ..errors import UsageError
-
-            raise UsageError(f"--comm-kernel {pattern!r}: not a regular expression "
-                             f"({error})") from None
+        compile_user(pattern, "--comm-kernel")
         checked.append(pattern)
     return checked
 

@@ -79,6 +79,7 @@ class RankTrace:
     grad_bytes: dict[int, int] = field(default_factory=dict)  # AccumulateGrad: its gradient
     matmul_flops: dict[int, float] = field(default_factory=dict)  # classify.MATMUL_OPS: 2·M·K·N
     dropped_events: int = 0           # complete-looking events without a usable start or end
+    shortened_names: int = 0          # names longer than ``names.MAX_NAME_CHARS``, shortened
     #: The document declares a ``schemaVersion`` (Kineto's object form does).
     has_schema_version: bool = False
 

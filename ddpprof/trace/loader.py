@@ -29,6 +29,7 @@ from . import cache, classify, io
 from .columns import Columns
 from .document import DistributedInfo
 from .events import RankTrace
+from .names import MAX_NAME_CHARS, shorten
 from .parallel import DecoderDied
 from .sliced import DEFAULT_SLICING, Slicing, decode_events
 from .storage import Location
@@ -87,15 +88,18 @@ def _rank_trace(path: Location, columns: Columns, info: DistributedInfo | None) 
     thread_id, threads = _pair_threads(columns)
     rank, source = _rank(info, path)
     stream, host_op_stream = _device_streams(columns)
+    names = [shorten(name) for name in columns.names]
     return RankTrace(
         path=path, rank=rank, rank_source=source,
         world_size=meaning.positive_int(info.world_size) if info else None,
         backend=info.backend if info and isinstance(info.backend, str) else None,
         process_groups=meaning.process_groups(info.pg_config if info else None),
-        names=list(columns.names), name_id=columns.column("name", np.int32),
+        names=names, name_id=columns.column("name", np.int32),
+        shortened_names=sum(len(name) > MAX_NAME_CHARS for name in columns.names),
         category=list(columns.categories), category_id=columns.column("category", np.int32),
         start_us=start, end_us=end, thread_id=thread_id, threads=threads,
-        thread_names=columns.thread_names, stream=stream, host_op_stream=host_op_stream,
+        thread_names={key: shorten(label) for key, label in columns.thread_names.items()},
+        stream=stream, host_op_stream=host_op_stream,
         correlation=columns.column("correlation", np.int64),
         has_correlation=columns.column("has_correlation", bool),
         external_id=columns.column("external_id", np.int64),
