@@ -135,6 +135,20 @@ def gate(**kwargs: Any) -> None:
     run("gate", **kwargs)
 
 
+@cli.command(epilog=exits("the dumps show no hang"))
+@click.argument("path", metavar="RUN_OR_DUMPS", type=click.Path(path_type=Path))
+@o.outputs("the diagnosis", table=False, progress=True)
+def hang(**kwargs: Any) -> None:
+    """Why a job hung: the first collective its ranks did not all reach alike, the ranks to
+    blame and what each did instead, and where in the code, from Flight Recorder dumps.
+
+    RUN_OR_DUMPS is a run folder `ddpprof record` wrote (its dumps are in fr/), a folder of
+    PyTorch's Flight Recorder dumps (pickle or JSON, named <prefix><rank>), or that prefix
+    (TORCH_FR_DUMP_TEMP_FILE). Exit 0 with a diagnosis.
+    """
+    run("hang", **kwargs)
+
+
 @cli.command(epilog=exits(""))
 @click.argument("run_path", metavar="RUN", type=o.FOLDER)
 @o.bucket_cap_option(o.WHAT_IF_CAPS_MIB, "Bucket sizes to predict, in MiB.")

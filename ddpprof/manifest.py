@@ -231,6 +231,10 @@ class RunManifest(msgspec.Struct, kw_only=True):
     memory: list[MemoryRow] | None = None
     buckets: list[BucketRecord] | None = None
     mesh: MeshRecord | None = None
+    #: A failed or interrupted run's Flight Recorder dumps, relative to the run folder
+    #: (``fr/rank_0``, ...: PyTorch's own format, one per rank that could write one; read by
+    #: ``ddpprof hang``); None when no rank left one, or the run completed.
+    fr_dumps: list[str] | None = None
 
 
 def read_manifest(path: Path) -> RunManifest:

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 if __name__ == "__main__":
     # Before anything slow: die with torchrun, and stop now if it (or ddpprof) is already gone.
+    import signal
+
     from ddpprof.record.process import die_with_launcher
 
     die_with_launcher()
+    # The launcher's request for a Flight Recorder dump must not kill a rank still starting.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 import gc
 import gzip
@@ -46,6 +50,7 @@ from ddpprof.variants import VARIANTS, make_variant
 from ddpprof.variants.base import DataParallel
 
 from .data import BatchSource, build_data, checkpoint_tokenizer, shard
+from .flight_recorder import FlightRecorder, dump_on_error
 from .memory import MemoryProbe, ProfiledPeaks, gather_figures
 from .models import build_model, compute_loss, count_parameters
 
@@ -203,6 +208,8 @@ def run(config: RunConfig, folder: RunFolder) -> None:
         dist.init_process_group(config.backend, timeout=timedelta(seconds=config.timeout_s),
                                 device_id=device if device.type == "cuda" else None)
     world_size = dist.get_world_size() if distributed else 1
+    if distributed and config.fr_buffer_size:
+        FlightRecorder(folder, rank).install()
     grad_accum = config.grad_accum or 1
 
     torch.manual_seed(config.seed + rank)  # the broadcast from rank 0 must make ranks agree
@@ -298,6 +305,7 @@ def errors_recorded(run_dir: Path) -> Iterator[RunFolder]:
         yield folder
     except BaseException as error:
         if not isinstance(error, KeyboardInterrupt):
+            dump_on_error(error)
             _write_error(folder, error)
         raise
     finally:

@@ -22,6 +22,7 @@ import msgspec
 
 from .. import options
 from ..variants import BUCKETED_VARIANT_NAMES, DEFAULT_BUCKET_CAP_MIB, VARIANTS
+from .flight_recorder import DEFAULT_BUFFER_SIZE
 
 CONFIG_FILE = ".config.json"
 BACKENDS = ("auto", "gloo", "nccl")
@@ -101,6 +102,10 @@ class RunConfig(Launch):
         "RANK:MS: that rank sleeps MS ms at the start of every step, in a traced span "
         "(ddpprof::injected_delay): a known straggler, to test attribution.",
         options.INJECT_DELAY))
+    fr_buffer_size: int = field(default=DEFAULT_BUFFER_SIZE, metadata=cli(
+        "Flight Recorder: the collectives each rank keeps (its last ones), dumped into fr/ when "
+        "the run fails, hangs or is stopped, for `ddpprof hang`; 0 turns it off.",
+        options.NON_NEGATIVE_INT))
     # bench times unprofiled runs; not an option of record
     profile: bool = True
 
