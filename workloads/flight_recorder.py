@@ -86,11 +86,16 @@ ACTIVE: FlightRecorder | None = None
 
 
 def dump_on_error(error: BaseException) -> None:
-    """The installed recorder's dump of an error out of the training (none if not installed)."""
+    """The installed recorder's dump of an error out of the training (none if not installed),
+    with the frames where the error was raised."""
     if ACTIVE is not None:
-        text = f"{type(error).__name__}: {error}".strip().splitlines()[0]
+        text = (f"{type(error).__name__}: {error}".strip().splitlines() or ["error"])[0]
+        trace = error.__traceback__
+        while trace is not None and trace.tb_next is not None:
+            trace = trace.tb_next
         with contextlib.suppress(Exception):   # the error itself must still be written
-            ACTIVE.dump(f"error: {text}", final=True)
+            ACTIVE.dump(f"error: {text}", final=True,
+                        where=_frames(trace.tb_frame) if trace is not None else None)
 
 
 class FlightRecorder:
@@ -114,9 +119,11 @@ class FlightRecorder:
         threading.Thread(target=self._watch, args=(read_end,), name="ddpprof-fr",
                          daemon=True).start()
 
-    def dump(self, reason: str, final: bool = False) -> None:
-        """Write this rank's buffer as ``fr/rank_<r>`` (atomically); ``final`` for the dump of
-        an error, after which a stop signal only stops the rank."""
+    def dump(self, reason: str, final: bool = False,
+             where: list[dict[str, Any]] | None = None) -> None:
+        """Write this rank's buffer as ``fr/rank_<r>`` (atomically), with ``where`` (by default
+        where the main thread is now); ``final`` for the dump of an error, after which a stop
+        signal only stops the rank."""
         with self._lock:
             if self._final:
                 return
@@ -126,12 +133,14 @@ class FlightRecorder:
             config = {k: v for k, v in dump.get("pg_config", {}).items() if k}
             dump["pg_config"] = {**groups, **{k: v for k, v in config.items()
                                               if v.get("ranks") not in (None, "[]")}}
-            main = sys._current_frames().get(self._main) if self._main else None
+            if where is None:
+                main = sys._current_frames().get(self._main) if self._main else None
+                where = _frames(main)
             dump["ddpprof"] = {
                 "rank": self.rank, "reason": reason,
                 "world_size": dist.get_world_size() if dist.is_initialized() else None,
                 "time_ns": time.time_ns(), "pid": os.getpid(),
-                "main_thread": _frames(main)}
+                "main_thread": where}
             with self.folder.subfolder(FR_DIR) as fr:
                 fr.write_bytes(dump_name(self.rank), pickle.dumps(dump, protocol=4))
 

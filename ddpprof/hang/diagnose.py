@@ -19,16 +19,26 @@ from msgspec.structs import replace
 
 from .match import GroupCheck, Problem, check_all
 from .model import Call, DumpSet, Frame
-from .result import Collective, Culprit, DumpRow, GroupRow, Hang, HangDocument, Site, ranks_text
+from .result import (
+    Collective,
+    Culprit,
+    DumpRow,
+    GroupRow,
+    Hang,
+    HangDocument,
+    Site,
+    who,
+)
 
 #: Frames of torch itself: the code that called a collective is the first frame outside it.
-_LIBRARY = re.compile(r"(^<|(^|[/\\])torch[/\\])")
+_LIBRARY = re.compile(r"^<|(^|[/\\])torch[/\\]|[/\\]typing_extensions\.py$"
+                      r"|[/\\]lib[/\\]python\d[\d.]*[/\\](?!(site|dist)-packages[/\\])")
 _API_FILES = ("distributed_c10d.py", "_functional_collectives.py")
 #: Frames kept of the code that called a collective.
 SITE_FRAMES = 5
 #: Culprits described one by one (the others are counted).
 SHOWN_CULPRITS = 8
-_DEFINITE = ("mismatch", "order", "not_reached", "not_completed")
+_DEFINITE = ("mismatch", "order", "deviation", "not_reached", "not_completed")
 
 
 def diagnose(dump_set: DumpSet) -> HangDocument:
@@ -76,12 +86,16 @@ def _collective(dump_set: DumpSet, group: str, rank: int, row: int) -> Collectiv
 
 
 def _hang(dump_set: DumpSet, problem: Problem, problems: list[Problem]) -> Hang:
+    pattern = None
+    if problem.pattern_row is not None:     # a deviation: the culprit's own previous step
+        pattern = _collective(dump_set, problem.group, problem.culprits[0],
+                              problem.pattern_row)
     reference = problem.expected[0] if problem.expected else next(iter(problem.reached))
     collective = _collective(dump_set, problem.group, reference, problem.reached[reference])
-    culprits = [_culprit(dump_set, problem, rank, collective, problems)
+    culprits = [_culprit(dump_set, problem, rank, pattern or collective, problems)
                 for rank in problem.culprits[:SHOWN_CULPRITS]]
     return Hang(kind=problem.kind,  # type: ignore[arg-type]
-                summary=_summary(problem, collective, culprits),
+                summary=_summary(problem, pattern or collective, culprits), pattern=pattern,
                 collective=collective, reached=sorted(problem.reached),
                 expected=problem.expected, missing=problem.missing,
                 unknown=problem.unknown, culprits=culprits, shift=problem.shift, tie=problem.tie)
@@ -107,7 +121,7 @@ def _culprit(dump_set: DumpSet, problem: Problem, rank: int, expected: Collectiv
     where = user_frames(dump.where) or list(dump.where[:SITE_FRAMES])
     base = Culprit(rank=rank, status="busy", summary="", last=last, where=where,
                    dump_reason=dump.reason, error=error)
-    if problem.kind in ("mismatch", "order") and rank in problem.reached:
+    if problem.kind in ("mismatch", "order", "deviation") and rank in problem.reached:
         issued = _collective(dump_set, problem.group, rank, problem.reached[rank])
         return replace(base, status="mismatched", issued=issued,
                        summary=_mismatch_text(problem, issued, expected))
@@ -118,8 +132,8 @@ def _culprit(dump_set: DumpSet, problem: Problem, rank: int, expected: Collectiv
                 and rank not in other.culprits:
             waiting = _collective(dump_set, other.group, rank, other.reached[rank])
             return replace(base, status="stuck", summary=(
-                f"stuck in {waiting.text()} at {_where(waiting)}, waiting for rank(s) "
-                f"{ranks_text(other.culprits)}"))
+                f"stuck in {waiting.text()} at {_where(waiting)}, waiting for "
+                f"{who(other.culprits)}"))
     if dump.reason and dump.reason.startswith("error:"):
         return replace(base, status="failed", summary=(
             f"failed after its last collective ({last.text()} at {_where(last)}): "
@@ -146,6 +160,9 @@ def _mismatch_text(problem: Problem, issued: Collective, expected: Collective) -
         return (f"issued {issued.call.text()} at {_where(issued)} that the others did not: "
                 f"its #{problem.seq - problem.shift} is the others' #{problem.seq}")
     difference = _difference(issued.call, expected.call)
+    if problem.kind == "deviation":
+        return (f"issued {issued.call.text()} at {_where(issued)} where one step earlier it "
+                f"issued {expected.call.text()} at {_where(expected)} ({difference})")
     return f"issued {issued.call.text()} at {_where(issued)} ({difference})"
 
 
@@ -160,26 +177,32 @@ def _difference(mine: Call, theirs: Call) -> str:
 
 
 def _summary(problem: Problem, collective: Collective, culprits: list[Culprit]) -> str:
-    them = ranks_text(problem.culprits)
     what = collective.text()
     if problem.kind == "mismatch":
         issued = culprits[0].issued if culprits else None
         detail = _difference(issued.call, collective.call) if issued else "a different call"
         tie = " (two sides alike: which is wrong is not in the dumps)" if problem.tie else ""
-        return (f"desync at {what}: rank(s) {them} issued "
+        return (f"desync at {what}: {who(problem.culprits)} issued "
                 f"{issued.call.text() if issued else '?'} ({detail}){tie}")
+    if problem.kind == "deviation":
+        issued = culprits[0].issued if culprits else None
+        return (f"{who(problem.culprits)} issued {issued.text() if issued else '?'}, breaking "
+                f"its step's pattern ({collective.call.text()} one step earlier), and "
+                f"{who(problem.unknown)} left no dump: a collective mismatch that "
+                f"{who(problem.unknown)} could not match")
     if problem.kind == "order":
         if problem.shift > 0:
-            return (f"rank(s) {them} skipped {what}: their later collectives pair with the "
-                    "others' next ones")
-        return f"rank(s) {them} issued {-problem.shift} collective(s) more before {what}"
+            return (f"{who(problem.culprits)} skipped {what}: its later collectives pair with "
+                    "the others' next ones")
+        return (f"{who(problem.culprits)} issued {-problem.shift} collective(s) more before "
+                f"{what}")
     if problem.kind == "not_known":
-        return (f"ranks {ranks_text(sorted(problem.reached))} were in {what} when they dumped; "
-                f"rank(s) {them} left no dump: not known to have reached it")
+        return (f"{who(problem.reached)} stopped in {what}; {who(problem.culprits)} left no "
+                "dump: not known to have reached it")
     if problem.kind == "not_completed":
-        return f"{what}: every member issued it; rank(s) {them} never completed it"
-    return (f"{what} never completed: rank(s) {them} never issued it "
-            f"(rank(s) {ranks_text(sorted(problem.reached))} did)")
+        return f"{what}: every member issued it; {who(problem.culprits)} never completed it"
+    return (f"{what} never completed: {who(problem.culprits)} never issued it "
+            f"({who(problem.reached)} did)")
 
 
 def _deadlock(problems: list[Problem]) -> list[int] | None:
@@ -225,12 +248,16 @@ def _next_steps(hangs: list[Hang], deadlock: list[int] | None) -> list[str]:
                              f"{_where(culprit.issued)}, which the others did not: make it "
                              "run on every rank, or on none")
             else:
-                steps.append(f"compare the two call sites: rank(s) {ranks_text(hang.expected)} "
+                steps.append(f"compare the two call sites: {who(hang.expected)} "
                              f"call {expected.call.text()} at {_where(expected)}; rank {rank} "
                              f"calls {culprit.issued.call.text()} at {_where(culprit.issued)}: "
                              "every rank must issue the same collective (op, sizes, dtypes) "
                              f"at #{expected.seq} of {expected.group_label}")
-        elif culprit.status in ("busy", "failed") and culprit.last is not None:
+        elif culprit.status == "failed":
+            raised = f" (raised at {culprit.where[0].text()})" if culprit.where else ""
+            steps.append(f"rank {rank} failed{raised}: {culprit.error or culprit.dump_reason}; "
+                         f"fix that first: its peers then waited for it at {_where(expected)}")
+        elif culprit.status == "busy" and culprit.last is not None:
             where = f" (it was at {culprit.where[0].text()})" if culprit.where else ""
             steps.append(f"rank {rank} went on from {_where(culprit.last)} and never reached "
                          f"{_where(expected)}: look at what it runs between the two"
@@ -260,13 +287,13 @@ def _group_row(check: GroupCheck) -> GroupRow:
 def _partial_notes(dump_set: DumpSet) -> list[str]:
     notes = []
     if dump_set.missing_ranks:
-        notes.append(f"no dump of rank(s) {ranks_text(dump_set.missing_ranks)} (of "
+        notes.append(f"no dump of {who(dump_set.missing_ranks)} (of "
                      f"{dump_set.world_size})")
     for path, why in dump_set.unreadable.items():
         notes.append(f"{path}: left out: {why}")
     wrapped = [d for d in dump_set.dumps.values() if d.wrapped]
     if wrapped:
-        notes.append(f"the ring buffer of rank(s) {ranks_text([d.rank for d in wrapped])} "
+        notes.append(f"the ring buffer of {who([d.rank for d in wrapped])} "
                      "wrapped: their oldest entries were overwritten, so only the collectives "
                      "every member still holds are compared")
     if any(d.p2p_entries for d in dump_set.dumps.values()):

@@ -45,7 +45,8 @@ class Problem:
 
     group: str
     seq: int
-    kind: str                      # mismatch, order, not_reached, not_known, not_completed
+    kind: str                      # mismatch, order, deviation, not_reached, not_known,
+    #                                not_completed
     reached: dict[int, int]        # rank: its row at ``seq``
     missing: list[int]             # members whose dumps show they never issued it
     unknown: list[int]             # members with no dump, or whose buffer no longer holds it
@@ -54,6 +55,7 @@ class Problem:
     shift: int = 0                 # order: +d the culprits skipped d, -d issued d more
     created_ns: int = 0            # when its first member issued it
     tie: bool = False              # mismatch: two sides alike in size, and nothing told them apart
+    pattern_row: int | None = None  # deviation: the culprit's row it should have repeated
 
 
 @dataclass
@@ -129,9 +131,10 @@ def check_group(dump_set: DumpSet, info: GroupInfo) -> GroupCheck:
     stopped_here = [r for r, row in reached.items()
                     if dumps[r].last_entry() == (info.name, row)]
     if unknown and stopped_here:
-        check.problem = Problem(info.name, frontier, "not_known", reached, [], unknown, unknown,
-                                sorted(reached), created_ns=_created(tracks, reached))
-        check.matched -= 1
+        check.problem = _deviation(tracks, ranks, info, frontier, unknown) or Problem(
+            info.name, frontier, "not_known", reached, [], unknown, unknown, sorted(reached),
+            created_ns=_created(tracks, reached))
+        check.matched = min(check.matched, check.problem.seq - start)
         return check
     states = {r: int(tracks[r].state[row]) for r, row in reached.items()}
     progress = any(s in (_STARTED, _COMPLETED) for s in states.values())
@@ -142,6 +145,21 @@ def check_group(dump_set: DumpSet, info: GroupInfo) -> GroupCheck:
                                 created_ns=_created(tracks, reached))
         check.matched -= 1
     return check
+
+
+def _deviation(tracks: dict[int, Track], ranks: list[int], info: GroupInfo, frontier: int,
+               unknown: list[int]) -> Problem | None:
+    """Where members left no dump (a rank that aborted on a mismatch leaves none), a dumped
+    member whose collectives break their own step pattern once, before the others stopped,
+    is the likely culprit: it issued something the dead rank could not match."""
+    for rank in ranks:
+        found = deviation(tracks[rank], frontier)
+        if found is not None:
+            seq, pattern_row = found
+            reached = {r: row for r in ranks if (row := tracks[r].index(seq)) is not None}
+            return Problem(info.name, seq, "deviation", reached, [], unknown, [rank], [],
+                           created_ns=_created(tracks, reached), pattern_row=pattern_row)
+    return None
 
 
 def _created(tracks: dict[int, Track], reached: dict[int, int]) -> int:
@@ -181,8 +199,8 @@ def _first_difference(values: np.ndarray, valid: np.ndarray) -> int | None:
     return int(hits[0]) if len(hits) else None
 
 
-def _key(track: Track, row: int, by_stack: bool) -> tuple[int, int]:
-    return int(track.call[row]), int(track.stack[row]) if by_stack else 0
+def _key(track: Track, row: int, by_stack: bool) -> int:
+    return int(_keys(track, by_stack)[row])
 
 
 def _difference(tracks: dict[int, Track], ranks: list[int], info: GroupInfo, seq: int,
@@ -192,7 +210,7 @@ def _difference(tracks: dict[int, Track], ranks: list[int], info: GroupInfo, seq
     step) is expected, the others are culprits, and a culprit whose sequence is the expected
     one's shifted is an order problem."""
     reached = {r: row for r in ranks if (row := tracks[r].index(seq)) is not None}
-    sides: dict[tuple[int, int], list[int]] = {}
+    sides: dict[int, list[int]] = {}
     for rank, row in reached.items():
         sides.setdefault(_key(tracks[rank], row, by_stack), []).append(rank)
     if len(sides) < 2:
@@ -217,15 +235,11 @@ def _difference(tracks: dict[int, Track], ranks: list[int], info: GroupInfo, seq
 
 def _shift(culprit: Track, expected: Track, seq: int, by_stack: bool) -> int:
     """+d when ``culprit``'s collectives from ``seq`` on are ``expected``'s from ``seq + d``
-    (it skipped d), -d when the reverse (it issued d more), else 0."""
-    def keys(track: Track) -> list[tuple[int, int]]:
-        row = track.index(seq)
-        if row is None:
-            return []
-        end = min(len(track.seq), row + SHIFT_WINDOW + MAX_SHIFT)
-        return [_key(track, r, by_stack) for r in range(row, end)]
-
-    mine, theirs = keys(culprit), keys(expected)
+    (it skipped d), -d when the reverse (it issued d more), else 0. Where the expected rank
+    stopped (it hung there), what it would have issued next is its step's pattern: what it
+    issued one period earlier."""
+    mine = _keys_from(culprit, seq, SHIFT_WINDOW + MAX_SHIFT, by_stack, predict=False)
+    theirs = _keys_from(expected, seq, SHIFT_WINDOW + MAX_SHIFT, by_stack, predict=True)
     for d in range(1, MAX_SHIFT + 1):
         n = min(len(mine), len(theirs) - d)
         if n >= 1 and mine[:n] == theirs[d:d + n]:
@@ -236,14 +250,66 @@ def _shift(culprit: Track, expected: Track, seq: int, by_stack: bool) -> int:
     return 0
 
 
+def _keys_from(track: Track, seq: int, count: int, by_stack: bool, predict: bool
+               ) -> list[int]:
+    """The keys of ``count`` collectives from ``seq`` on: those the track holds, then (with
+    ``predict``) the ones its period says come next."""
+    row = track.index(seq)
+    if row is None:
+        return []
+    keys = _keys(track, by_stack)
+    found = keys[row:row + count].tolist()
+    period = _period(keys, row) if predict else None
+    while period and len(found) < count:
+        back = row + len(found) - period
+        if back < 0:
+            break
+        found.append(found[back - row] if back >= row else int(keys[back]))
+    return found
+
+
+def _keys(track: Track, by_stack: bool) -> np.ndarray:
+    """One int64 per row: its call, and its stack when ``by_stack``."""
+    keys = track.call.astype(np.int64)
+    return keys * (1 << 31) + track.stack if by_stack else keys
+
+
+def _period(keys: np.ndarray, end: int) -> int | None:
+    """The period of ``keys[:end]`` (a training step's collectives): the least p for which
+    the last ``4 * MAX_PERIOD`` keys but a few equal the key p before them (at most 2 or 10%
+    differ, and at most a quarter: the first steps and a one-off break may differ); None when
+    they do not repeat."""
+    window = keys[max(0, end - 4 * MAX_PERIOD):end]
+    for period in range(1, min(MAX_PERIOD, len(window) // 2) + 1):
+        compared = len(window) - period
+        differ = int(np.count_nonzero(window[period:] != window[:-period]))
+        if differ <= max(2, compared // 10) and 4 * differ <= compared:
+            return period
+    return None
+
+
 def _repeats_its_step(track: Track, seq: int, by_stack: bool) -> bool:
-    """Whether this rank issued at ``seq`` what it issued one period earlier: its collectives
-    before ``seq`` repeat with a period (a training step), found on their last two periods."""
+    """Whether this rank issued at ``seq`` what it issued one period (a step) earlier."""
     row = track.index(seq)
     if row is None:
         return False
-    history = [_key(track, r, by_stack) for r in range(max(0, row - 2 * MAX_PERIOD), row)]
-    for period in range(1, min(MAX_PERIOD, len(history) // 2) + 1):
-        if history[-period:] == history[-2 * period:-period]:
-            return history[-period] == _key(track, row, by_stack)
-    return False
+    keys = _keys(track, by_stack)
+    period = _period(keys, row)
+    return period is not None and keys[row - period] == keys[row]
+
+
+def deviation(track: Track, last_seq: int) -> tuple[int, int] | None:
+    """A one-off break in a rank's pattern at or before ``last_seq``, in its last three
+    periods: the sequence id where it issued something other than one period earlier while
+    the collective after it is back in the pattern, and the row it should have repeated."""
+    end = track.index(last_seq)
+    if end is None:
+        return None
+    keys = _keys(track, by_stack=False)
+    period = _period(keys, end + 1)
+    if period is None:
+        return None
+    for row in range(max(period, end - 3 * period), end):
+        if keys[row] != keys[row - period] and keys[row + 1] == keys[row + 1 - period]:
+            return int(track.seq[row]), row - period
+    return None

@@ -8,7 +8,7 @@ import time
 
 from ..report.output import Section
 from .model import Frame
-from .result import Collective, Culprit, Hang, HangDocument, ranks_text
+from .result import Collective, Culprit, Hang, HangDocument, ranks_text, who
 
 #: Frames printed of a stack (the document keeps up to ``diagnose.SITE_FRAMES``).
 SHOWN_FRAMES = 3
@@ -48,14 +48,17 @@ def _collective_lines(hang: Hang) -> list[str]:
              f"{len(collective.group_ranks)} ranks)"]
     if hang.reached:
         when = _clock(collective.issued_ns)
-        lines.append(f"  reached by  rank(s) {ranks_text(hang.reached)}"
+        lines.append(f"  reached by  {who(hang.reached)}"
                      + (f", first at {when}" if when else ""))
     if hang.missing:
-        lines.append(f"  never by    rank(s) {ranks_text(hang.missing)}")
+        lines.append(f"  never by    {who(hang.missing)}")
     if hang.unknown:
-        lines.append(f"  unknown     rank(s) {ranks_text(hang.unknown)} (no dump, or their "
+        lines.append(f"  unknown     {who(hang.unknown)} (no dump, or their "
                      "buffer no longer holds it)")
     lines += _stack_lines("called at", collective)
+    if hang.pattern is not None:
+        lines.append(f"  a step ago  {hang.pattern.text()}")
+        lines += _stack_lines("called at", hang.pattern)
     return lines
 
 
@@ -114,7 +117,7 @@ def _no_hang_reason(document: HangDocument) -> str:
     text = (f"every collective in the dumps ({matched:,} over {len(document.groups)} "
             "process group(s)) was issued alike by every member of its group")
     if document.missing_dumps:
-        text += f" (no dump of rank(s) {ranks_text(document.missing_dumps)})"
+        text += f" (no dump of {who(document.missing_dumps)})"
     return text
 
 

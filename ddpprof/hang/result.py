@@ -20,7 +20,13 @@ def ranks_text(ranks: list[int]) -> str:
             parts.append((rank, rank))
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
 
-Kind = Literal["mismatch", "order", "not_reached", "not_known", "not_completed"]
+
+def who(ranks: list[int] | dict[int, int]) -> str:
+    """``rank 3``, ``ranks 0-2``."""
+    listed = sorted(ranks)
+    return f"rank {listed[0]}" if len(listed) == 1 else f"ranks {ranks_text(listed)}"
+
+Kind = Literal["mismatch", "order", "deviation", "not_reached", "not_known", "not_completed"]
 #: What a culprit rank was doing instead of the collective.
 Status = Literal["mismatched", "stuck", "busy", "failed", "dead", "absent", "idle"]
 
@@ -84,6 +90,9 @@ class Hang(msgspec.Struct, kw_only=True):
     missing: list[int]               # members whose dumps show they never issued it
     unknown: list[int]               # members with no dump, or whose buffer lost it
     culprits: list[Culprit]
+    #: A deviation: what the culprit issued one step earlier (its pattern), where no other
+    #: member's dump shows what it should have issued.
+    pattern: Collective | None = None
     shift: int = 0                   # order: +d the culprits skipped d collectives, -d more
     tie: bool = False                # two sides alike in size that nothing told apart
 

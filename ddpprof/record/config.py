@@ -25,6 +25,8 @@ from ..variants import BUCKETED_VARIANT_NAMES, DEFAULT_BUCKET_CAP_MIB, VARIANTS
 from .flight_recorder import DEFAULT_BUFFER_SIZE
 
 CONFIG_FILE = ".config.json"
+#: The least time the ranks of a one-node run get to start (``Launch.start_timeout_s``).
+STANDALONE_START_S = 120.0
 BACKENDS = ("auto", "gloo", "nccl")
 PATH = click.Path(path_type=Path)
 
@@ -54,6 +56,16 @@ class Launch:
     @property
     def world_size(self) -> int:
         return self.nproc * self.nnodes
+
+    @property
+    def start_timeout_s(self) -> float:
+        """How long the ranks may take to start: ``timeout_s`` at a rendezvous endpoint, at
+        least ``STANDALONE_START_S`` on one node, where no endpoint can hang and torchrun's own
+        start (importing torch) takes seconds on a busy machine: a short collective timeout
+        must not fail a run before its ranks exist."""
+        if self.rdzv_endpoint or self.nnodes > 1:
+            return self.timeout_s
+        return max(self.timeout_s, STANDALONE_START_S)
 
 
 @dataclass(frozen=True)

@@ -265,7 +265,7 @@ def record_one(recording: Recording, config: RunConfig, folder: RunFolder, progr
         write_manifest(folder, manifest)
 
     launched = run_torchrun(command, folder, recording.log_name, config.backend,
-                            config.nproc, config.timeout_s, guard, progress, config.steps,
+                            config.nproc, config.start_timeout_s, guard, progress, config.steps,
                             config.fr_buffer_size)
     finish_manifest(manifest, recording, config, folder, launched.returncode, guard.signum,
                     launched.rendezvous_expired, launched.elapsed_s)
@@ -350,7 +350,8 @@ def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConf
         manifest.status = "failed"
         where = f" at {config.rdzv_endpoint}" if config.rdzv_endpoint else ""
         manifest.error = RunError(message=f"the rendezvous{where} did not start the ranks "
-                                          f"within {config.timeout_s:g} s (--timeout-s)", log=log)
+                                          f"within {config.start_timeout_s:g} s (--timeout-s)",
+                                  log=log)
     elif returncode != 0:
         manifest.status = "failed"
         manifest.error = run_error(folder, log, returncode)
