@@ -9,6 +9,8 @@ out (and counted in a note). Point-to-point entries are counted, not matched.
 
 from __future__ import annotations
 
+import contextlib
+import operator
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +39,7 @@ def read(path: Path, found: files.Found | None = None,
     found = found or files.find(path)
     limit = files.max_dump_bytes()
     interned = Interned()
+    decoder = _Decoder(interned)
     dumps: dict[int, RankDump] = {}
     declared: dict[str, tuple[str, list[int]]] = {}
     unreadable: dict[str, str] = {}
@@ -46,7 +49,7 @@ def read(path: Path, found: files.Found | None = None,
         on_dump(done, len(found.files))
         try:
             document, size = files.decode(file, limit)
-            dump, groups = _rank_dump(document, rank, str(file), size, interned)
+            dump, groups = _rank_dump(document, rank, str(file), size, decoder)
         except TraceError as error:
             unreadable[str(file)] = error.problem
             continue
@@ -148,10 +151,11 @@ def _ranks_text(ranks: list[int]) -> str:
 
 
 def _rank_dump(document: dict[str, Any], rank: int, path: str, size: int,
-               interned: Interned) -> tuple[RankDump, dict[str, tuple[str, list[int]]]]:
+               decoder: _Decoder) -> tuple[RankDump, dict[str, tuple[str, list[int]]]]:
     """One rank's dump as tracks; the groups its ``pg_config`` declares (name: description,
     members)."""
     budget = Budget(size)
+    interned = decoder.interned
     rows: dict[str, list[list[Any]]] = {}
     parts: dict[tuple[str, int], list[Call]] = {}
     dropped = p2p = 0
@@ -159,12 +163,12 @@ def _rank_dump(document: dict[str, Any], rank: int, path: str, size: int,
     backend = None
     for raw in document["entries"]:
         budget.spend()
-        entry = _entry(raw, budget) if isinstance(raw, dict) else None
+        entry = decoder.entry(raw, budget) if isinstance(raw, dict) else None
         if entry is None:
             dropped += 1
             continue
-        (name, desc, seq, is_p2p, call, frames, record, created, state, retired,
-         entry_backend) = entry
+        name, desc, seq, is_p2p, call, stack, record, created, state, retired, entry_backend \
+            = entry
         records.append(record)
         backend = backend or entry_backend
         if is_p2p:
@@ -172,11 +176,10 @@ def _rank_dump(document: dict[str, Any], rank: int, path: str, size: int,
             continue
         interned.descs.setdefault(name, desc)
         track = rows.setdefault(name, [])
-        row = [seq, interned.call(call), interned.stack(frames), record, created, state,
-               retired]
+        row = [seq, call, stack, record, created, state, retired]
         if track and track[-1][0] == seq:    # a coalesced collective: one row, every part
             key = (name, seq)
-            parts.setdefault(key, [interned.calls[track[-1][1]]]).append(call)
+            parts.setdefault(key, [interned.calls[track[-1][1]]]).append(interned.calls[call])
             merged = Call("coalesced", (), (), (), (), tuple(parts[key]))
             track[-1][1] = interned.call(merged)
             track[-1][2:] = row[2:]
@@ -185,14 +188,14 @@ def _rank_dump(document: dict[str, Any], rank: int, path: str, size: int,
     tracks = {name: _track(rows_of) for name, rows_of in rows.items()}
     extra = document.get("ddpprof")
     extra = extra if isinstance(extra, dict) else {}
-    where = _frames(extra.get("main_thread"), budget)
+    where = interned.stacks[decoder.stack(extra.get("main_thread"), budget)]
     dump = RankDump(
         rank=rank, path=path, version=str(document.get("version", "unknown"))[:32],
         tracks=tracks, first_record=min(records, default=0),
         last_record=max(records, default=-1), entries=len(records), p2p_entries=p2p,
         backend=backend,
         reason=extra["reason"][:500] if isinstance(extra.get("reason"), str) else None,
-        dumped_ns=extra["time_ns"] if _is_int(extra.get("time_ns")) else None, where=where)
+        dumped_ns=_int(extra.get("time_ns")), where=where)
     if dropped:
         dump.notes = [f"{dropped} entr{'y' if dropped == 1 else 'ies'} without a process "
                       "group or sequence id left out"]
@@ -212,6 +215,8 @@ def _track(rows: list[list[Any]]) -> Track:
 
 
 _INT64 = 1 << 63
+_FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
+_UNKNOWN_STATE = _STATE_CODE["unknown"]
 
 
 def _int(value: object, default: int | None = None) -> int | None:
@@ -220,37 +225,83 @@ def _int(value: object, default: int | None = None) -> int | None:
     return default
 
 
-def _entry(raw: dict[str, Any], budget: Budget) -> tuple[Any, ...] | None:
-    """One entry's fields, or None when it names no group or sequence id."""
-    group = raw.get("process_group")
-    if not (isinstance(group, list | tuple) and len(group) == 2
-            and all(isinstance(part, str) for part in group)):
-        return None
-    profiling = raw.get("profiling_name")
-    profiling = profiling if isinstance(profiling, str) else "unknown"
-    backend, _, name = profiling.partition(":") if ":" in profiling else (None, "", profiling)
-    op = (name.split(" ")[0] or "unknown")[:100]
-    is_p2p = raw.get("is_p2p")
-    is_p2p = is_p2p if isinstance(is_p2p, bool) else op in ("send", "recv")
-    seq = _int(raw.get("p2p_seq_id" if is_p2p else "collective_seq_id"))
-    record = _int(raw.get("record_id"))
-    if seq is None or record is None:
-        return None
-    call = Call(op, _sizes(raw.get("input_sizes"), budget), _sizes(raw.get("output_sizes"), budget),
-                _names(raw.get("input_dtypes"), budget), _names(raw.get("output_dtypes"), budget))
-    state = raw.get("state")
-    retired = raw.get("retired")
-    return (group[0][:200], group[1][:200], seq, is_p2p, call, _frames(raw.get("frames"), budget),
-            record, max(_int(raw.get("time_created_ns"), 0) or 0, 0),
-            _STATE_CODE.get(state if isinstance(state, str) else "", _STATE_CODE["unknown"]),
-            -1 if not isinstance(retired, bool) else int(retired),
-            backend[:20] if backend else None)
+class _Decoder:
+    """Entries into rows. What repeats from entry to entry and rank to rank (a stack, a
+    shape, a call) is checked and interned once, and found again by its raw value."""
+
+    def __init__(self, interned: Interned) -> None:
+        self.interned = interned
+        self._stacks: dict[Any, int] = {}
+        self._calls: dict[Any, int] = {}
+
+    def entry(self, raw: dict[str, Any], budget: Budget) -> tuple[Any, ...] | None:
+        """One entry's fields (its call and stack interned), or None when it names no group
+        or sequence id."""
+        group = raw.get("process_group")
+        if not (isinstance(group, list | tuple) and len(group) == 2
+                and isinstance(group[0], str) and isinstance(group[1], str)):
+            return None
+        profiling = raw.get("profiling_name")
+        profiling = profiling if isinstance(profiling, str) else "unknown"
+        backend, _, name = profiling.partition(":") if ":" in profiling else \
+            (None, "", profiling)
+        op = (name.split(" ")[0] or "unknown")[:100]
+        is_p2p = raw.get("is_p2p")
+        is_p2p = is_p2p if isinstance(is_p2p, bool) else op in ("send", "recv")
+        seq = _int(raw.get("p2p_seq_id" if is_p2p else "collective_seq_id"))
+        record = _int(raw.get("record_id"))
+        if seq is None or record is None:
+            return None
+        state, retired = raw.get("state"), raw.get("retired")
+        return (group[0][:200], group[1][:200], seq, is_p2p, self.call(op, raw, budget),
+                self.stack(raw.get("frames"), budget), record,
+                max(_int(raw.get("time_created_ns"), 0) or 0, 0),
+                _STATE_CODE.get(state, _UNKNOWN_STATE) if isinstance(state, str)
+                else _UNKNOWN_STATE,
+                int(retired) if isinstance(retired, bool) else -1,
+                backend[:20] if backend else None)
+
+    def call(self, op: str, raw: dict[str, Any], budget: Budget) -> int:
+        fields: list[Any] = [raw.get("input_sizes"), raw.get("output_sizes"),
+                             raw.get("input_dtypes"), raw.get("output_dtypes")]
+        for index, field in enumerate(fields):
+            if not isinstance(field, list | tuple):
+                fields[index] = ()
+                continue
+            budget.spend(len(field))
+            if index < 2:       # what converting the shapes costs, before it is spent
+                budget.spend(sum(len(s) for s in field if isinstance(s, list | tuple)))
+        try:
+            key: Any = (op, tuple(map(tuple, fields[0])), tuple(map(tuple, fields[1])),
+                        tuple(fields[2]), tuple(fields[3]))
+            return self._calls[key]
+        except (TypeError, KeyError):
+            pass
+        call = Call(op, _sizes(fields[0], budget), _sizes(fields[1], budget),
+                    _names(fields[2], budget), _names(fields[3], budget))
+        found = self.interned.call(call)
+        with contextlib.suppress(TypeError, UnboundLocalError):
+            self._calls[key] = found
+        return found
+
+    def stack(self, value: object, budget: Budget) -> int:
+        if not isinstance(value, list | tuple):
+            return 0
+        budget.spend(len(value))
+        try:
+            key: Any = tuple(map(_FRAME_FIELDS, value))
+            return self._stacks[key]
+        except (TypeError, KeyError):
+            pass
+        found = self.interned.stack(_frames(value))
+        with contextlib.suppress(TypeError, UnboundLocalError):
+            self._stacks[key] = found
+        return found
 
 
 def _sizes(value: object, budget: Budget) -> tuple[tuple[int, ...], ...]:
     if not isinstance(value, list | tuple):
         return ()
-    budget.spend(len(value))
     shapes = []
     for shape in value:
         if not isinstance(shape, list | tuple):
@@ -265,14 +316,10 @@ def _sizes(value: object, budget: Budget) -> tuple[tuple[int, ...], ...]:
 def _names(value: object, budget: Budget) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         return ()
-    budget.spend(len(value))
     return tuple(v[:40] for v in value if isinstance(v, str))
 
 
-def _frames(value: object, budget: Budget) -> tuple[Frame, ...]:
-    if not isinstance(value, list | tuple):
-        return ()
-    budget.spend(len(value))
+def _frames(value: list[Any] | tuple[Any, ...]) -> tuple[Frame, ...]:
     frames = []
     for frame in value:
         if isinstance(frame, dict):
