@@ -28,6 +28,8 @@ from .safe_pickle import Budget, UnsafePickle
 
 _STATE_CODE = {name: code for code, name in enumerate(STATES)}
 _RANKS_TEXT = re.compile(r"^\s*[\[(]?\s*(\d+\s*(,\s*\d+\s*)*,?)?\s*[\])]?\s*$")
+#: The parts of one coalesced collective kept (more are counted in it, not listed).
+MAX_PARTS = 64
 #: Ranks a group may list: more is not a real job's (and would cost memory to hold).
 MAX_GROUP_RANKS = 1 << 20
 
@@ -44,7 +46,7 @@ def read(path: Path, found: files.Found | None = None,
     declared: dict[str, tuple[str, list[int]]] = {}
     unreadable: dict[str, str] = {}
     notes = list(found.skipped)
-    world_sizes: list[int] = []
+    world_sizes = [max(found.files) + 1]     # a dump that cannot be read still names its rank
     for done, (rank, file) in enumerate(sorted(found.files.items())):
         on_dump(done, len(found.files))
         try:
@@ -179,9 +181,11 @@ def _rank_dump(document: dict[str, Any], rank: int, path: str, size: int,
         row = [seq, call, stack, record, created, state, retired]
         if track and track[-1][0] == seq:    # a coalesced collective: one row, every part
             key = (name, seq)
-            parts.setdefault(key, [interned.calls[track[-1][1]]]).append(interned.calls[call])
-            merged = Call("coalesced", (), (), (), (), tuple(parts[key]))
-            track[-1][1] = interned.call(merged)
+            merged = parts.setdefault(key, [interned.calls[track[-1][1]]])
+            if len(merged) < MAX_PARTS:
+                merged.append(interned.calls[call])
+                budget.spend(sum(decoder.weight(part) for part in merged))
+                track[-1][1] = interned.call(Call("coalesced", (), (), (), (), tuple(merged)))
             track[-1][2:] = row[2:]
         else:
             track.append(row)
@@ -233,6 +237,11 @@ class _Decoder:
         self.interned = interned
         self._stacks: dict[Any, int] = {}
         self._calls: dict[Any, int] = {}
+        self._weights: dict[Call, int] = {}
+
+    def weight(self, call: Call) -> int:
+        """What hashing ``call`` costs, in the numbers it holds."""
+        return self._weights.get(call, 1)
 
     def entry(self, raw: dict[str, Any], budget: Budget) -> tuple[Any, ...] | None:
         """One entry's fields (its call and stack interned), or None when it names no group
@@ -280,6 +289,7 @@ class _Decoder:
         call = Call(op, _sizes(fields[0], budget), _sizes(fields[1], budget),
                     _names(fields[2], budget), _names(fields[3], budget))
         found = self.interned.call(call)
+        self._weights[call] = 1 + sum(map(len, call.input_sizes + call.output_sizes))
         with contextlib.suppress(TypeError, UnboundLocalError):
             self._calls[key] = found
         return found
