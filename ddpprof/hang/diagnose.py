@@ -258,10 +258,17 @@ def _next_steps(hangs: list[Hang], deadlock: list[int] | None) -> list[str]:
             steps.append(f"rank {rank} failed{raised}: {culprit.error or culprit.dump_reason}; "
                          f"fix that first: its peers then waited for it at {_where(expected)}")
         elif culprit.status == "busy" and culprit.last is not None:
-            where = f" (it was at {culprit.where[0].text()})" if culprit.where else ""
-            steps.append(f"rank {rank} went on from {_where(culprit.last)} and never reached "
-                         f"{_where(expected)}: look at what it runs between the two"
-                         f"{where}")
+            where = f" (when it dumped it was at {culprit.where[0].text()})" \
+                if culprit.where else ""
+            if _where(culprit.last) == _where(expected):
+                steps.append(f"rank {rank} issued {culprit.last.call.text()} at "
+                             f"{_where(expected)} and then not the {expected.call.text()} the "
+                             f"others issued next from there: look at what it ran in between"
+                             f"{where}")
+            else:
+                steps.append(f"rank {rank} went on from {_where(culprit.last)} and never "
+                             f"reached {_where(expected)}: look at what it runs between the "
+                             f"two{where}")
         elif culprit.status == "stuck":
             steps.append(f"rank {rank} is itself waiting: {culprit.summary}; follow that one")
         elif culprit.status == "dead":

@@ -113,6 +113,8 @@ def _dump_lines(document: HangDocument) -> list[str]:
 
 
 def _no_hang_reason(document: HangDocument) -> str:
+    if not document.dumps:
+        return "; ".join(document.notes)
     matched = sum(group.matched for group in document.groups)
     text = (f"every collective in the dumps ({matched:,} over {len(document.groups)} "
             "process group(s)) was issued alike by every member of its group")
