@@ -2,14 +2,14 @@
 registry (``--fault KIND[:RANK[:STEP]]``), each acting once, on its culprit rank (the last rank
 by default), at training step STEP (2 by default).
 
-Each is a bug users meet, carried by a collective a training loop of their own would issue
-(no marker in the trace, as with the other faults):
+Each is a bug users meet, carried by a collective a training loop of their own would issue at
+the start of each step (no marker in the trace, as with the other faults):
 
-* ``skip_collective``: after each step's gradient sync every rank takes rank 0's "stop now?"
-  flag (a broadcast); the culprit skips it once. Its next collective (the next step's
-  gradients) meets the others' broadcast, and both sides wait.
-* ``wrong_collective``: after each sync every rank all-reduces a metric; the culprit
-  all-gathers it once instead.
+* ``skip_collective``: every rank takes rank 0's "stop now?" flag (a broadcast); the culprit
+  skips it once. Its next collective (its gradients') meets the others' broadcast, and both
+  sides wait.
+* ``wrong_collective``: every rank all-reduces a metric (the last step's loss, for its log);
+  the culprit all-gathers it once instead.
 * ``size_mismatch``: that all-reduce, with one element more on the culprit once (gloo aborts
   the rank that receives the longer message).
 * ``exit_mid_step``: the culprit exits (``os._exit(1)``: no error, no cleanup) before its
@@ -17,8 +17,8 @@ Each is a bug users meet, carried by a collective a training loop of their own w
 * ``sleep_past_timeout``: the culprit sleeps at the start of the step until it is stopped; its
   peers time out in their next collective.
 * ``hang_in_group``: on a run over a device mesh (``fsdp_tp``), the culprit broadcasts within
-  its tensor-parallel group at the start of the step, which its peers never do: the
-  tensor-parallel group hangs, and the data-parallel peers wait for the culprit stuck in it.
+  its tensor-parallel group, which its peers never do: the tensor-parallel group hangs, and the
+  culprit's data-parallel peer waits for it in the next data-parallel collective.
 """
 
 from __future__ import annotations
@@ -33,88 +33,48 @@ import torch.distributed as dist
 from .faults import Fault, Injection, RankContext
 
 if TYPE_CHECKING:
-    from ddpprof.variants.base import DataParallel
+    from torch.distributed.device_mesh import DeviceMesh
 
-#: The step a hang fault acts at when the fault does not say.
+#: The step a hang fault acts at when the fault does not say (``faults.HANG_STEP``).
 DEFAULT_STEP = 2
 #: How long ``sleep_past_timeout`` sleeps: until torchrun stops it, in practice.
 SLEEP_S = 3600.0
 
 
-class _Hang(Injection):
-    """A hang fault: ``acts`` is true on the culprit rank at the fault's step."""
+class Hang(Injection):
+    """One hang fault: the collectives every rank issues at the start of each step (for the
+    kinds that have one), and the culprit's deviation at its step."""
 
     def __init__(self, fault: Fault, context: RankContext) -> None:
+        self.kind = fault.kind
         self.culprit = context.rank == fault.rank
         self.at_step = int(fault.amount) if fault.amount is not None else DEFAULT_STEP
-        self.step = -1
         self.context = context
-
-    @property
-    def acts(self) -> bool:
-        return self.culprit and self.step == self.at_step
-
-    def step_starts(self, step: int) -> None:
-        self.step = step
-
-
-class _AfterSync(_Hang):
-    """The collective every rank issues after each step's gradient sync, and the culprit's
-    once-only deviation from it."""
-
-    replaces_gradient_sync = True
-
-    def __init__(self, fault: Fault, context: RankContext) -> None:
-        super().__init__(fault, context)
-        self.kind = fault.kind
         self.flag = torch.zeros(1, device=context.device)
         self.metric = torch.ones(4, device=context.device)
 
-    def sync_gradients(self, model: DataParallel) -> None:
-        model.finish_gradient_sync()
-        if self.kind == "skip_collective":
-            if not self.acts:
-                dist.broadcast(self.flag, 0)        # rank 0's "stop now?"
-        elif self.acts and self.kind == "wrong_collective":
-            gathered = torch.empty(4 * self.context.world_size, device=self.context.device)
-            dist.all_gather_into_tensor(gathered, self.metric)
-        elif self.acts:                              # size_mismatch
-            dist.all_reduce(torch.ones(5, device=self.context.device))
-        else:
-            dist.all_reduce(self.metric)
-
-
-class _Stop(_Hang):
-    """``exit_mid_step`` and ``sleep_past_timeout``."""
-
-    def __init__(self, fault: Fault, context: RankContext) -> None:
-        super().__init__(fault, context)
-        self.kind = fault.kind
-
     def step_starts(self, step: int) -> None:
-        super().step_starts(step)
-        if self.acts and self.kind == "sleep_past_timeout":
+        acts = self.culprit and step == self.at_step
+        device = self.context.device
+        if self.kind == "skip_collective":
+            if not acts:
+                dist.broadcast(self.flag, 0)            # rank 0's "stop now?"
+        elif self.kind in ("wrong_collective", "size_mismatch"):
+            if not acts:
+                dist.all_reduce(self.metric)            # the last step's loss, for the log
+            elif self.kind == "wrong_collective":
+                gathered = torch.empty(4 * self.context.world_size, device=device)
+                dist.all_gather_into_tensor(gathered, self.metric)
+            else:
+                dist.all_reduce(torch.ones(5, device=device))
+        elif acts and self.kind == "sleep_past_timeout":
             time.sleep(SLEEP_S)
+        elif acts and self.kind == "hang_in_group":
+            mesh: DeviceMesh = getattr(self.context.model, "mesh")  # noqa: B009 (fsdp_tp's)
+            group = mesh.get_group("tp")
+            source = dist.get_process_group_ranks(group)[0]
+            dist.broadcast(torch.zeros(8, device=device), source, group=group)
 
     def before_forward(self, step: int) -> None:
-        if self.acts and self.kind == "exit_mid_step":
+        if self.kind == "exit_mid_step" and self.culprit and step == self.at_step:
             os._exit(1)
-
-
-class _GroupHang(_Hang):
-    """``hang_in_group``: a broadcast within the culprit's tensor-parallel group."""
-
-    def step_starts(self, step: int) -> None:
-        super().step_starts(step)
-        if self.acts:
-            group = self.context.model.mesh.get_group("tp")  # type: ignore[attr-defined]
-            source = dist.get_process_group_ranks(group)[0]
-            dist.broadcast(torch.zeros(8, device=self.context.device), source, group=group)
-
-
-def inject(fault: Fault, context: RankContext) -> Injection:
-    if fault.kind in ("exit_mid_step", "sleep_past_timeout"):
-        return _Stop(fault, context)
-    if fault.kind == "hang_in_group":
-        return _GroupHang(fault, context)
-    return _AfterSync(fault, context)

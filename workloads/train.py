@@ -47,9 +47,10 @@ from ddpprof.record.measurements import WORKER_RESULT, WorkerResult
 from ddpprof.run_folder import RunFolder
 from ddpprof.units import MIB
 from ddpprof.variants import VARIANTS, make_variant
-from ddpprof.variants.base import DataParallel
+from ddpprof.variants.base import COLLECTIVE_HOOKS, DataParallel
 
 from .data import BatchSource, build_data, checkpoint_tokenizer, shard
+from .faults import Injection, RankContext, RankFaults, from_env
 from .flight_recorder import FlightRecorder, dump_on_error
 from .memory import MemoryProbe, ProfiledPeaks, gather_figures
 from .models import build_model, compute_loss, count_parameters
@@ -93,17 +94,21 @@ def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSour
           steps: int, global_batch: int, grad_accum: int, rank: int,
           device: torch.device, clock: StepClock | None = None,
           sync_clock: StepClock | None = None, delay_rank: int = -1, delay_ms: float = 0.0,
-          on_step_end=lambda step: None) -> list[torch.Tensor]:
+          faults: Injection | None = None, on_step_end=lambda step: None
+          ) -> list[torch.Tensor]:
     """Run ``steps`` optimizer steps; return each step's local loss (a detached tensor, so the
     loop never waits on the device for it). Each rank trains on the shard of every global batch
     that the variant gives it (``model.data_shard()``: ranks of one tensor-parallel group share
     one). ``sync_clock`` brackets each step's ``finish_gradient_sync``: for the blocking
     variants, that is the communication time. ``delay_rank`` sleeps ``delay_ms`` at the start
-    of every step (``--inject-delay``)."""
+    of every step (``--inject-delay``). ``faults`` (``--fault``) are called at their hooks
+    (``workloads.faults.Injection``)."""
     micro_batch = global_batch // grad_accum
     shard_index, shard_count = model.data_shard()
     fail_rank, fail_step = _planned_failure()
     delay_s = delay_ms / 1e3 if rank == delay_rank else 0.0
+    faults = faults or Injection()
+    replaced = faults.replaces_gradient_sync
     losses = []
     for step in range(steps):
         # The step's own work only: what ``on_step_end`` does (the profiler exporting a trace,
@@ -115,19 +120,24 @@ def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSour
         if delay_s:
             with torch.profiler.record_function("ddpprof::injected_delay"):
                 time.sleep(delay_s)
+        faults.step_starts(step)
         step_loss = torch.zeros((), device=device)
         for micro in range(grad_accum):
             batch = shard(data.global_batch(step * grad_accum + micro, micro_batch),
                           shard_index, shard_count)
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            last_micro = micro == grad_accum - 1
-            with nullcontext() if last_micro else model.no_sync():
+            faults.before_forward(step)
+            syncs = micro == grad_accum - 1 and not replaced
+            with nullcontext() if syncs else model.no_sync():
                 loss = compute_loss(model, batch) / grad_accum
                 loss.backward()
             step_loss += loss.detach()
         if sync_clock:
             sync_clock.start()
-        model.finish_gradient_sync()
+        if replaced:
+            faults.sync_gradients(model)
+        else:
+            model.finish_gradient_sync()
         if sync_clock:
             sync_clock.stop()
         model.optimizer_step(optimizer)
@@ -251,13 +261,19 @@ def run(config: RunConfig, folder: RunFolder) -> None:
             print(f"ddpprof-step {step + 1}/{config.steps}", flush=True)
 
     clock, sync_clock = StepClock(device), StepClock(device)
+    faults = RankFaults(from_env(), RankContext(rank, local_rank, world_size, model, device,
+                                                config.seed))
+    if faults.hooks_collectives:
+        COLLECTIVE_HOOKS.append(faults.before_collective)
     memory.step_starts(0)
-    with profiler if profiler is not None else nullcontext():
-        losses = train(model, optimizer, data, steps=config.steps,
-                       global_batch=config.global_batch, grad_accum=grad_accum, rank=rank,
-                       device=device, clock=clock,
-                       sync_clock=sync_clock, on_step_end=on_step_end,
-                       **_inject_delay(config.inject_delay))
+    try:
+        with profiler if profiler is not None else nullcontext():
+            losses = train(model, optimizer, data, steps=config.steps,
+                           global_batch=config.global_batch, grad_accum=grad_accum, rank=rank,
+                           device=device, clock=clock, sync_clock=sync_clock, faults=faults,
+                           on_step_end=on_step_end, **_inject_delay(config.inject_delay))
+    finally:
+        faults.close()
 
     # Everything below runs after profiling, so averaging the loss cannot show up in a trace.
     memory_per_rank = gather_figures(memory.figures(rank, peaks), distributed)
