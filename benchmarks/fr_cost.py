@@ -7,6 +7,12 @@ both alike. Each recording's step time is the median over its steps after the pr
 (the profiler is off then, so only Flight Recorder differs); the cost is the ratio of the
 medians over the repeats, on to off, with the spread of the per-pair ratios.
 
+Then, where the step times are too noisy to show it, the cost per collective: a one-rank gloo
+process issuing ``--calls`` all-reduces of one element (Flight Recorder records each, with its
+Python stack), with Flight Recorder off and on in alternation, ``--repeats`` times each; the
+median time per call and their difference. A step's cost is that difference times the
+collectives the step issues.
+
 How to run, from the repository root::
 
     python benchmarks/fr_cost.py                                  # pytorch_ddp and fsdp, 4 pairs
@@ -40,6 +46,33 @@ def record(variant: str, buffer_size: int, out: Path, name: str, args: argparse.
     return statistics.median(steps)
 
 
+PER_CALL = """
+import os, sys, time, torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+dist.init_process_group("gloo", rank=0, world_size=1)
+tensor = torch.ones(1)
+for _ in range(200):
+    dist.all_reduce(tensor)
+started = time.perf_counter()
+for _ in range(int(sys.argv[1])):
+    dist.all_reduce(tensor)
+print((time.perf_counter() - started) / int(sys.argv[1]))
+dist.destroy_process_group()
+"""
+
+
+def per_call(buffer_size: int, calls: int, port: int) -> float:
+    """Seconds per one-element all-reduce on one gloo rank, Flight Recorder's buffer at
+    ``buffer_size``."""
+    import os
+
+    done = subprocess.run([sys.executable, "-c", PER_CALL, str(calls), str(port)],
+                          env={**os.environ, "TORCH_FR_BUFFER_SIZE": str(buffer_size),
+                               "OMP_NUM_THREADS": "1"},
+                          check=True, capture_output=True, text=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", default="pytorch_ddp,fsdp")
@@ -48,7 +81,22 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--buffer-size", type=int, default=2000)
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--per-call-only", action="store_true")
     args = parser.parse_args()
+    if not args.per_call_only:
+        steps(args)
+    off, on = [], []
+    for repeat in range(args.repeats * 2):
+        for size in ((0, args.buffer_size) if repeat % 2 == 0 else (args.buffer_size, 0)):
+            (on if size else off).append(per_call(size, args.calls, 29600 + repeat))
+    print(f"\nper collective (one gloo rank, {args.calls} one-element all-reduces, "
+          f"{len(off)} runs each): off {1e6 * statistics.median(off):.1f} us, on "
+          f"{1e6 * statistics.median(on):.1f} us, Flight Recorder adds "
+          f"{1e6 * (statistics.median(on) - statistics.median(off)):.1f} us per collective")
+
+
+def steps(args: argparse.Namespace) -> None:
     print(f"{'variant':<14} {'off ms':>8} {'on ms':>8} {'on/off':>7} {'pairs min-max':>15}")
     with tempfile.TemporaryDirectory(prefix="ddpprof-fr-cost-") as scratch:
         for variant in args.variant.split(","):

@@ -205,10 +205,17 @@ def test_folders_that_are_not_one_set_of_dumps_are_one_line(tmp_path, capsys, la
     assert code == 2 and problem in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_run_that_left_no_dumps_is_one_line(tmp_path, capsys):
-    (tmp_path / "run.json").write_text(json.dumps({"schema_version": 3, "status": "complete"}))
+def test_a_failed_run_that_left_no_dumps_is_one_line(tmp_path, capsys):
+    (tmp_path / "run.json").write_text(json.dumps({"schema_version": 3, "status": "failed"}))
     code, _, err = run_hang(tmp_path, capsys)
     assert code == 2 and "the run left no Flight Recorder dumps" in err
+
+
+def test_a_complete_run_is_no_hang(tmp_path, capsys):
+    (tmp_path / "run.json").write_text(json.dumps({"schema_version": 3, "status": "complete"}))
+    code, document, err = run_hang(tmp_path, capsys)
+    assert code == 1 and document["verdict"] == "no_hang"
+    assert "no hang: the run completed" in err
 
 
 class _Planted:

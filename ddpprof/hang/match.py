@@ -275,10 +275,18 @@ def _keys(track: Track, by_stack: bool) -> np.ndarray:
 
 
 def _period(keys: np.ndarray, end: int) -> int | None:
-    """The period of ``keys[:end]`` (a training step's collectives): the least p for which
-    the last ``4 * MAX_PERIOD`` keys but a few equal the key p before them (at most 2 or 10%
-    differ, and at most a quarter: the first steps and a one-off break may differ); None when
-    they do not repeat."""
+    """The period of ``keys[:end]`` (a training step's collectives): the least p for which the
+    last p keys repeat the p before them; None when they do not repeat."""
+    for period in range(1, min(MAX_PERIOD, end // 2) + 1):
+        if np.array_equal(keys[end - period:end], keys[end - 2 * period:end - period]):
+            return period
+    return None
+
+
+def _loose_period(keys: np.ndarray, end: int) -> int | None:
+    """The period of ``keys[:end]`` allowing for a break in it: the least p for which the last
+    ``4 * MAX_PERIOD`` keys but a few equal the key p before them (at most 2 or 10% differ,
+    and at most a quarter: the first steps and a one-off break may differ)."""
     window = keys[max(0, end - 4 * MAX_PERIOD):end]
     for period in range(1, min(MAX_PERIOD, len(window) // 2) + 1):
         compared = len(window) - period
@@ -306,7 +314,7 @@ def deviation(track: Track, last_seq: int) -> tuple[int, int] | None:
     if end is None:
         return None
     keys = _keys(track, by_stack=False)
-    period = _period(keys, end + 1)
+    period = _loose_period(keys, end + 1)
     if period is None:
         return None
     for row in range(max(period, end - 3 * period), end):

@@ -83,8 +83,7 @@ def _stack_lines(label: str, collective: Collective) -> list[str]:
     site = collective.site
     if site is None:
         return [f"  {label:<11} (the dump holds no stack)"]
-    return _frame_lines(label, site.frames,
-                        f" (through torch.distributed {site.api})" if site.api else "")
+    return _frame_lines(label, site.frames, f" (in torch: {site.api})" if site.api else "")
 
 
 def _frame_lines(label: str, frames: list[Frame], suffix: str = "") -> list[str]:
