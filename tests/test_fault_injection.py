@@ -5,7 +5,6 @@ the configuration, no marker in the trace, and never read by the analysis."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest

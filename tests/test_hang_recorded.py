@@ -77,10 +77,10 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def fr_trace(folder: Path) -> tuple[int | None, set[int]]:
-    """PyTorch's analyzer on ``folder``: the sequence id it reports first, and the culprit
-    ranks it names there (``Culprit rank`` or ``missing ranks``); (None, set()) when it
-    names none."""
+def fr_trace(folder: Path) -> tuple[int | None, set[int], str | None]:
+    """PyTorch's analyzer on ``folder``: the sequence id it reports first, the culprit ranks
+    it names there (``Culprit rank`` or ``missing ranks``), and the op of the entry it took as
+    the reference (its first dump's); (None, set(), None) when it names none."""
     from torch.distributed.flight_recorder.fr_trace import main as fr_main
 
     lines = _Lines()
@@ -91,16 +91,31 @@ def fr_trace(folder: Path) -> tuple[int | None, set[int]]:
     finally:
         logger.removeHandler(lines)
     text = "\n".join(lines.lines)
-    report = re.search(r"(?:sequence number: (\d+)(?: has errors)?)(.*?)(?=sequence number|\Z)",
-                       text, re.S)
+    report = re.search(r"sequence number: (\d+)(.*?)(?=sequence number|\Z)", text, re.S)
     if report is None:
-        return None, set()
+        return None, set(), None
     body = report.group(2)
     culprits = {int(r) for r in re.findall(r"Culprit rank (\d+)", body)}
     missing = re.search(r"missing ranks: \{([\d, ]+)\}", body)
     if missing:
         culprits |= {int(r) for r in missing.group(1).split(",")}
-    return int(report.group(1)), culprits
+    op = re.search(r"collective: \w+:(\w+)", body)
+    return int(report.group(1)), culprits, op.group(1) if op else None
+
+
+def agrees_with_fr_trace(run: Path, hang_: dict) -> None:
+    """``fr_trace`` reports the same sequence id and culprit. For a mismatch it blames the
+    side that differs from the first dump it read (between two ranks, either one): then the
+    rank it blames is ddpprof's culprit when its reference issued the expected call, and the
+    expected rank when its reference was ddpprof's culprit."""
+    seq, culprits, reference = fr_trace(run / "fr")
+    assert seq == hang_["collective"]["seq"]
+    ours = {c["rank"] for c in hang_["culprits"]}
+    if hang_["kind"] in ("mismatch", "order") and \
+            reference != hang_["collective"]["call"]["op"]:
+        assert culprits == set(hang_["expected"]), (culprits, reference)
+    else:
+        assert culprits == ours, (culprits, reference)
 
 
 def frames_in(site: dict | None, file: str) -> list[int]:
@@ -116,8 +131,7 @@ def test_a_skipped_collective(recorded, capsys):
     assert hang_["collective"]["call"]["op"] == "broadcast"
     assert hang_["collective"]["group_label"] == "world"
     assert frames_in(hang_["collective"]["site"], HANG_FAULTS)     # the skipped call
-    seq, culprits = fr_trace(run / "fr")
-    assert (seq, culprits) == (hang_["collective"]["seq"], {1})
+    agrees_with_fr_trace(run, hang_)
 
 
 def test_all_gather_where_the_others_all_reduce(recorded, capsys):
@@ -129,7 +143,7 @@ def test_all_gather_where_the_others_all_reduce(recorded, capsys):
     assert culprit["rank"] == 1 and culprit["issued"]["call"]["op"] == "all_gather"
     assert hang_["collective"]["call"]["op"] == "all_reduce"
     assert frames_in(culprit["issued"]["site"], HANG_FAULTS)
-    assert fr_trace(run / "fr") == (hang_["collective"]["seq"], {1})
+    agrees_with_fr_trace(run, hang_)
 
 
 def test_a_size_mismatch_names_the_sender_though_the_receiver_aborted(recorded, capsys):
@@ -141,7 +155,7 @@ def test_a_size_mismatch_names_the_sender_though_the_receiver_aborted(recorded, 
     assert culprit["rank"] == 1 and culprit["issued"]["call"]["input_sizes"] == [[5]]
     assert hang_["pattern"]["call"]["input_sizes"] == [[4]]
     assert document["missing_dumps"] == [0]
-    assert fr_trace(run / "fr") == (None, set())      # fr_trace cannot decide without rank 0
+    assert fr_trace(run / "fr")[0] is None    # fr_trace cannot decide without rank 0's dump
 
 
 def test_a_rank_that_exits_mid_step(recorded, capsys):
@@ -165,23 +179,29 @@ def test_a_rank_that_sleeps_past_the_timeout(recorded, capsys):
     assert culprit["dump_reason"] == "SIGTERM"
     assert frames_in({"frames": culprit["where"]}, HANG_FAULTS)     # asleep in the fault
     assert frames_in(hang_["collective"]["site"], TRAIN)
-    assert fr_trace(run / "fr") == (hang_["collective"]["seq"], {1})
+    agrees_with_fr_trace(run, hang_)
     manifest = json.loads((run / "run.json").read_text())
     assert manifest["fr_dumps"] == ["fr/rank_0", "fr/rank_1"]
 
 
 def test_a_hang_in_one_group_of_a_mesh(recorded, capsys):
+    """Rank 3 broadcasts in its tensor-parallel group where its peer (rank 2) all-reduces:
+    that group hangs first; rank 3's data-parallel peer (rank 1) then waits for it, and rank
+    1's tensor-parallel peer (rank 0) for rank 1."""
     run = recorded / "group"
     code, document = hang(run, capsys)
     hang_ = document["hang"]
-    assert code == 0, hang_
-    assert hang_["collective"]["group_label"] == "tp"
-    assert hang_["collective"]["group_ranks"] == [2, 3]
-    assert 3 in [c["rank"] for c in hang_["culprits"]] + hang_["expected"]
-    assert frames_in((hang_["culprits"][0].get("issued") or hang_["collective"])["site"],
-                     HANG_FAULTS) or frames_in(hang_["collective"]["site"], HANG_FAULTS)
-    groups = {g["label"] + str(g["ranks"]): g["problem"] for g in document["groups"]}
-    assert groups["tp[0, 1]"] is None
+    assert code == 0 and hang_["kind"] == "mismatch", hang_["summary"]
+    assert (hang_["collective"]["group_label"], hang_["collective"]["group_ranks"]) == \
+        ("tp", [2, 3])
+    culprit = hang_["culprits"][0]
+    assert [c["rank"] for c in hang_["culprits"]] == [3] and hang_["expected"] == [2]
+    assert culprit["issued"]["call"]["op"] == "broadcast"
+    assert frames_in(culprit["issued"]["site"], HANG_FAULTS)
+    waits = {(o["collective"]["group_label"], tuple(o["collective"]["group_ranks"])):
+             [c["rank"] for c in o["culprits"]] for o in document["others"]}
+    assert waits == {("dp", (1, 3)): [3], ("tp", (0, 1)): [1]}
+    agrees_with_fr_trace(run, hang_)
 
 
 def test_a_clean_run_has_no_hang(recorded, capsys):

@@ -184,6 +184,15 @@ def _planned_failure() -> tuple[int, int]:
     return int(rank), int(step)
 
 
+def every_group_times_out(timeout_s: float) -> None:
+    """Give the groups a variant made (a device mesh's) the run's ``--timeout-s``: c10d gives
+    them its default (30 minutes on gloo), so a collective stuck in one of them would outlast
+    the timeout the world group has."""
+    timeout = timedelta(seconds=timeout_s)
+    for group in list(dist.distributed_c10d._world.pg_map):
+        dist.distributed_c10d._set_pg_timeout(timeout, group)
+
+
 def _device_for(backend: str, local_rank: int) -> torch.device:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
@@ -227,6 +236,8 @@ def run(config: RunConfig, folder: RunFolder) -> None:
     module.to(device)
     model = make_variant(config.variant, module, bucket_cap_mb=config.bucket_cap_mb,
                          gradient_as_bucket_view=config.gradient_as_bucket_view, tp=config.tp)
+    if distributed:
+        every_group_times_out(config.timeout_s)
     optimizer = model.make_optimizer(torch.optim.AdamW, lr=config.lr)
     memory = MemoryProbe(model, optimizer, device, sample_at_step=config.steps - 1)
     data = build_data(is_language_model=info.is_language_model, vocab_size=info.vocab_size,

@@ -189,7 +189,7 @@ def _rank_dump(document: dict[str, Any], rank: int, path: str, size: int,
             track[-1][2:] = row[2:]
         else:
             track.append(row)
-    tracks = {name: _track(rows_of) for name, rows_of in rows.items()}
+    tracks = {name: _track(rows_of, interned) for name, rows_of in rows.items()}
     extra = document.get("ddpprof")
     extra = extra if isinstance(extra, dict) else {}
     where = interned.stacks[decoder.stack(extra.get("main_thread"), budget)]
@@ -206,11 +206,12 @@ def _rank_dump(document: dict[str, Any], rank: int, path: str, size: int,
     return dump, _declared_groups(document.get("pg_config"), budget)
 
 
-def _track(rows: list[list[Any]]) -> Track:
+def _track(rows: list[list[Any]], interned: Interned) -> Track:
     rows.sort(key=lambda row: row[3])     # the order the rank issued them
     columns = list(zip(*rows, strict=True))
-    return Track(seq=np.array(columns[0], dtype=np.int64),
-                 call=np.array(columns[1], dtype=np.int32),
+    calls = np.array(columns[1], dtype=np.int32)
+    return Track(seq=np.array(columns[0], dtype=np.int64), call=calls,
+                 match=np.array(interned.matches, dtype=np.int32)[calls],
                  stack=np.array(columns[2], dtype=np.int32),
                  record=np.array(columns[3], dtype=np.int64),
                  created_ns=np.array(columns[4], dtype=np.int64),

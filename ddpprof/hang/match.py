@@ -35,8 +35,8 @@ SHIFT_WINDOW = 8
 MAX_PERIOD = 256
 _COMPLETED = STATES.index("completed")
 _STARTED = STATES.index("started")
-_EMPTY = Track(*(np.zeros(0, dtype=t) for t in (np.int64, np.int32, np.int32, np.int64,
-                                                 np.int64, np.int8, np.int8)))
+_EMPTY = Track(*(np.zeros(0, dtype=t) for t in (np.int64, np.int32, np.int32, np.int32,
+                                                 np.int64, np.int64, np.int8, np.int8)))
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def check_group(dump_set: DumpSet, info: GroupInfo) -> GroupCheck:
     if ahead:
         seq = frontier + 1
         reached = {r: row for r in ahead if (row := tracks[r].index(seq)) is not None}
-        if len({int(tracks[r].call[row]) for r, row in reached.items()}) > 1:
+        if len({int(tracks[r].match[row]) for r, row in reached.items()}) > 1:
             check.problem = _difference(tracks, ranks, info, seq, unknown, by_stack=False)
         else:
             missing = [r for r in ranks if high[r] < seq]
@@ -183,7 +183,7 @@ def _aligned(tracks: dict[int, Track], ranks: list[int], start: int, frontier: i
             continue
         held = track.seq[rows] == seqs
         valid[i] = held
-        calls[i] = np.where(held, track.call[rows], -1)
+        calls[i] = np.where(held, track.match[rows], -1)
         stacks[i] = np.where(held, track.stack[rows], 0)
     return calls, stacks, valid
 
@@ -270,7 +270,7 @@ def _keys_from(track: Track, seq: int, count: int, by_stack: bool, predict: bool
 
 def _keys(track: Track, by_stack: bool) -> np.ndarray:
     """One int64 per row: its call, and its stack when ``by_stack``."""
-    keys = track.call.astype(np.int64)
+    keys = track.match.astype(np.int64)
     return keys * (1 << 31) + track.stack if by_stack else keys
 
 

@@ -42,6 +42,23 @@ class Call(msgspec.Struct, frozen=True):
     output_dtypes: tuple[str, ...]
     parts: tuple[Call, ...] | None = None
 
+    def match_key(self) -> tuple[object, ...]:
+        """What every rank must issue alike for the collective to complete, as PyTorch's own
+        analyzer compares them: a scatter's input is the root's alone (its output is
+        compared), a gather's output the root's alone (its input is), an all-to-all's and a
+        ``_v`` collective's sizes may differ from rank to rank (the op and dtypes are), and a
+        coalesced collective is its parts'."""
+        if self.parts:
+            return (self.op, tuple(part.match_key() for part in self.parts))
+        if self.op == "scatter":
+            return (self.op, self.output_sizes, self.output_dtypes)
+        if self.op == "gather":
+            return (self.op, self.input_sizes, self.input_dtypes)
+        if self.op.startswith("all_to_all") or self.op.endswith("_v"):
+            return (self.op, self.input_dtypes, self.output_dtypes)
+        return (self.op, self.input_sizes, self.output_sizes, self.input_dtypes,
+                self.output_dtypes)
+
     def text(self) -> str:
         if self.parts:
             return " + ".join(part.text() for part in self.parts)
@@ -61,12 +78,17 @@ class Interned:
     _calls: dict[Call, int] = field(default_factory=dict)
     _stacks: dict[tuple[Frame, ...], int] = field(default_factory=lambda: {(): 0})
     descs: dict[str, str] = field(default_factory=dict)
+    #: Each call's match key (``Call.match_key``), interned: calls that match share one.
+    matches: list[int] = field(default_factory=list)
+    _keys: dict[tuple[object, ...], int] = field(default_factory=dict)
 
     def call(self, call: Call) -> int:
         found = self._calls.get(call)
         if found is None:
             found = self._calls[call] = len(self.calls)
             self.calls.append(call)
+            key = call.match_key()
+            self.matches.append(self._keys.setdefault(key, len(self._keys)))
         return found
 
     def stack(self, frames: tuple[Frame, ...]) -> int:
@@ -83,6 +105,7 @@ class Track:
 
     seq: np.ndarray            # int64: the group's collective sequence id
     call: np.ndarray           # int32: Interned.calls
+    match: np.ndarray          # int32: the call's match key (Interned.matches)
     stack: np.ndarray          # int32: Interned.stacks (0: none recorded)
     record: np.ndarray         # int64: the entry's record id (its place in the rank's buffer)
     created_ns: np.ndarray     # int64: when the rank issued it (wall clock, ns; 0 unknown)
