@@ -103,6 +103,18 @@ def test_a_dump_that_breaks_its_pattern_names_the_culprit_when_its_peer_left_non
     assert hang.pattern.call.input_sizes == ((1,),) and hang.unknown == [0]
 
 
+def test_a_last_collective_of_other_sizes_from_the_same_line_is_a_deviation(tmp_path):
+    """The receiver aborted before the sender issued anything else: the sender's last
+    collective, from the line that issued the others, with one element more."""
+    ranks = [Rank(1, [*steps(3, GRADS, LOSS), GRADS, replace(LOSS, size=2)])]
+    hang = diagnose(read_dumps(write(tmp_path, ranks))).hang
+    assert hang is not None and (hang.kind, hang.collective.seq) == ("deviation", 8)
+    # from another line, the same sizes-breaking call is only the end of the pattern
+    ranks = [Rank(1, [*steps(3, GRADS, LOSS), GRADS, replace(LOSS, size=2, line=99)])]
+    hang = diagnose(read_dumps(write(tmp_path / "other", ranks))).hang
+    assert hang is not None and hang.kind == "not_known"
+
+
 def test_a_rank_without_a_dump_that_the_run_says_died(tmp_path):
     run = tmp_path / "run"
     write(run / "fr", [Rank(0, steps(3, GRADS, LOSS))])

@@ -24,16 +24,16 @@ from ddpprof.cli import main
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = str(REPO / "workloads" / "train.py")
 HANG_FAULTS = str(REPO / "workloads" / "hang_faults.py")
-TINY = ["--model", "mlp-tiny", "--global-batch", "16", "--steps", "5", "--wait", "1",
+TINY = ["--model", "mlp-tiny", "--global-batch", "16", "--steps", "6", "--wait", "1",
         "--warmup", "1", "--active", "1", "--timeout-s", "5"]
 #: run name: (variant, ranks, --fault or None)
 RUNS = {
-    "skip": ("pytorch_ddp", 2, "skip_collective:1:3"),
-    "wrong": ("pytorch_ddp", 2, "wrong_collective:1:3"),
-    "size": ("pytorch_ddp", 2, "size_mismatch:1:3"),
-    "exit": ("pytorch_ddp", 2, "exit_mid_step:1:3"),
-    "sleep": ("pytorch_ddp", 2, "sleep_past_timeout:1:3"),
-    "group": ("fsdp_tp", 4, "hang_in_group:3:3"),
+    "skip": ("pytorch_ddp", 2, "skip_collective:1:4"),
+    "wrong": ("pytorch_ddp", 2, "wrong_collective:1:4"),
+    "size": ("pytorch_ddp", 2, "size_mismatch:1:4"),
+    "exit": ("pytorch_ddp", 2, "exit_mid_step:1:4"),
+    "sleep": ("pytorch_ddp", 2, "sleep_past_timeout:1:4"),
+    "group": ("fsdp_tp", 4, "hang_in_group:3:4"),
     "clean": ("pytorch_ddp", 2, None),
 }
 

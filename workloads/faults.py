@@ -333,7 +333,7 @@ def _hang_kind(name: str, summary: str,
                problem: Callable[[RunConfig, Fault], str | None] = _two_ranks) -> FaultKind:
     """A kind that hangs the run at step AMOUNT (workloads/hang_faults.py): ``analyze`` finds
     it from the ranks' Flight Recorder dumps (``hang``), naming the rank."""
-    return FaultKind(name, summary, "rank", "step", 2, True, ("hang",), True, problem=problem,
+    return FaultKind(name, summary, "rank", "step", 4, True, ("hang",), True, problem=problem,
                      inject=_hang)
 
 

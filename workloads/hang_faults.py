@@ -1,6 +1,7 @@
 """Faults that hang a run, for ``ddpprof hang``'s tests: kinds of ``workloads.faults``'s
 registry (``--fault KIND[:RANK[:STEP]]``), each acting once, on its culprit rank (the last rank
-by default), at training step STEP (2 by default).
+by default), at training step STEP (4 by default: by then a step repeats the one before, which
+``ddpprof hang`` reads as the pattern).
 
 Each is a bug users meet, carried by a collective a training loop of their own would issue at
 the start of each step (no marker in the trace, as with the other faults):
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
 #: The step a hang fault acts at when the fault does not say (``faults.HANG_STEP``).
-DEFAULT_STEP = 2
+DEFAULT_STEP = 4
 #: How long ``sleep_past_timeout`` sleeps: until torchrun stops it, in practice.
 SLEEP_S = 3600.0
 
@@ -59,14 +60,12 @@ class Hang(Injection):
         if self.kind == "skip_collective":
             if not acts:
                 dist.broadcast(self.flag, 0)            # rank 0's "stop now?"
+        elif self.kind == "wrong_collective" and acts:
+            gathered = torch.empty(4 * self.context.world_size, device=device)
+            dist.all_gather_into_tensor(gathered, self.metric)
         elif self.kind in ("wrong_collective", "size_mismatch"):
-            if not acts:
-                dist.all_reduce(self.metric)            # the last step's loss, for the log
-            elif self.kind == "wrong_collective":
-                gathered = torch.empty(4 * self.context.world_size, device=device)
-                dist.all_gather_into_tensor(gathered, self.metric)
-            else:
-                dist.all_reduce(torch.ones(5, device=device))
+            # the last step's loss, for the log (one element more on the culprit, once)
+            dist.all_reduce(torch.ones(5, device=device) if acts else self.metric)
         elif acts and self.kind == "sleep_past_timeout":
             time.sleep(SLEEP_S)
         elif acts and self.kind == "hang_in_group":

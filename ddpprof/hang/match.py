@@ -308,8 +308,11 @@ def _repeats_its_step(track: Track, seq: int, by_stack: bool) -> bool:
 
 def deviation(track: Track, last_seq: int) -> tuple[int, int] | None:
     """A one-off break in a rank's pattern at or before ``last_seq``, in its last three
-    periods: the sequence id where it issued something other than one period earlier while
-    the collective after it is back in the pattern, and the row it should have repeated."""
+    periods: the sequence id where it issued something other than one period earlier, and the
+    row it should have repeated. The collective after the break must be back in the pattern,
+    or, for the rank's last collective, the break must come from the very call site it
+    repeats (the same line issuing other sizes or dtypes: not the end of the loop's
+    pattern)."""
     end = track.index(last_seq)
     if end is None:
         return None
@@ -317,7 +320,11 @@ def deviation(track: Track, last_seq: int) -> tuple[int, int] | None:
     period = _loose_period(keys, end + 1)
     if period is None:
         return None
-    for row in range(max(period, end - 3 * period), end):
-        if keys[row] != keys[row - period] and keys[row + 1] == keys[row + 1 - period]:
+    for row in range(max(period, end - 3 * period), end + 1):
+        if keys[row] == keys[row - period]:
+            continue
+        if row < end and keys[row + 1] == keys[row + 1 - period]:
+            return int(track.seq[row]), row - period
+        if row == end and track.stack[row] and track.stack[row] == track.stack[row - period]:
             return int(track.seq[row]), row - period
     return None
