@@ -243,13 +243,21 @@ def _next_steps(hangs: list[Hang], deadlock: list[int] | None) -> list[str]:
             if hang.kind == "order" and hang.shift > 0:
                 steps.append(f"rank {rank} skipped the call at {_where(expected)}: make it "
                              "run on every rank, or on none")
+            elif hang.kind == "deviation" and hang.pattern is not None:
+                dead = ", ".join(str(r) for r in hang.unknown)
+                steps.append(f"rank {rank} issued {culprit.issued.call.text()} at "
+                             f"{_where(culprit.issued)} where every step before issued "
+                             f"{hang.pattern.call.text()}: make its sizes and dtypes the same "
+                             f"on every rank (rank {dead} could not match it: its own log says "
+                             "what it received)")
             elif hang.kind == "order":
                 steps.append(f"rank {rank} issued {culprit.issued.call.text()} at "
                              f"{_where(culprit.issued)}, which the others did not: make it "
                              "run on every rank, or on none")
             else:
+                verb = "calls" if len(hang.expected) == 1 else "call"
                 steps.append(f"compare the two call sites: {who(hang.expected)} "
-                             f"call {expected.call.text()} at {_where(expected)}; rank {rank} "
+                             f"{verb} {expected.call.text()} at {_where(expected)}; rank {rank} "
                              f"calls {culprit.issued.call.text()} at {_where(culprit.issued)}: "
                              "every rank must issue the same collective (op, sizes, dtypes) "
                              f"at #{expected.seq} of {expected.group_label}")

@@ -317,14 +317,14 @@ def deviation(track: Track, last_seq: int) -> tuple[int, int] | None:
     if end is None:
         return None
     keys = _keys(track, by_stack=False)
+    period = _period(keys, end)        # the steps before the last collective
+    if period is not None and keys[end] != keys[end - period] and track.stack[end] \
+            and track.stack[end] == track.stack[end - period]:
+        return int(track.seq[end]), end - period
     period = _loose_period(keys, end + 1)
     if period is None:
         return None
-    for row in range(max(period, end - 3 * period), end + 1):
-        if keys[row] == keys[row - period]:
-            continue
-        if row < end and keys[row + 1] == keys[row + 1 - period]:
-            return int(track.seq[row]), row - period
-        if row == end and track.stack[row] and track.stack[row] == track.stack[row - period]:
+    for row in range(max(period, end - 3 * period), end):
+        if keys[row] != keys[row - period] and keys[row + 1] == keys[row + 1 - period]:
             return int(track.seq[row]), row - period
     return None
