@@ -142,7 +142,7 @@ def gate(**kwargs: Any) -> None:
 
 @cli.command(epilog=exits("the dumps show no hang"))
 @click.argument("path", metavar="RUN_OR_DUMPS", type=click.Path(path_type=Path))
-@o.outputs("the diagnosis", table=False, progress=True)
+@o.outputs("the diagnosis", progress=True)
 def hang(**kwargs: Any) -> None:
     """Why a job hung: the first collective its ranks did not all reach alike, the ranks to
     blame and what each did instead, and where in the code, from Flight Recorder dumps.

@@ -27,7 +27,7 @@ def hang(path: Path, outputs: Outputs) -> Output:
 
 
 def _output(document: HangDocument) -> Output:
-    return Output(document, sections=report.sections(document),
+    return Output(document, [report.table(document)], report.sections(document),
                   intro=[report.headline(document)], title="ddpprof hang",
                   exit_code=0 if document.hang is not None else 1)
 

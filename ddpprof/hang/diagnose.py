@@ -128,12 +128,12 @@ def _culprit(dump_set: DumpSet, problem: Problem, rank: int, expected: Collectiv
     if last is None:
         return replace(base, status="idle", summary="issued no collective at all")
     for other in problems:
-        if other is not problem and rank in other.reached and other.culprits \
-                and rank not in other.culprits:
+        if other is not problem and rank in other.reached and other.culprits:
             waiting = _collective(dump_set, other.group, rank, other.reached[rank])
+            whom = f"waiting for {who(other.culprits)}" if rank not in other.culprits \
+                else "which its peers issued otherwise"
             return replace(base, status="stuck", summary=(
-                f"stuck in {waiting.text()} at {_where(waiting)}, waiting for "
-                f"{who(other.culprits)}"))
+                f"stuck in {waiting.text()} at {_where(waiting)}, {whom}"))
     if dump.reason and dump.reason.startswith("error:"):
         return replace(base, status="failed", summary=(
             f"failed after its last collective ({last.text()} at {_where(last)}): "

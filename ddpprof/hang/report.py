@@ -5,8 +5,10 @@ do next, and what the dumps held (partial dumps said so)."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from ..report.output import Section
+from ..report.table import Column, Table
 from .model import Frame
 from .result import Collective, Culprit, Hang, HangDocument, ranks_text, who
 
@@ -21,6 +23,39 @@ def headline(document: HangDocument) -> str:
     return f"HANG: {document.hang.summary}"
 
 
+@dataclass(frozen=True)
+class ProblemRow:
+    """One group's first problem, as the table shows it (the first row is the hang)."""
+
+    group: str            # its label and members: tp [2-3]
+    seq: int
+    kind: str
+    collective: str       # as the ranks taken as right issued it
+    culprits: str         # ranks and what each did instead: 3 mismatched
+    pg: str               # c10d's name of the group
+    reached: str
+
+
+PROBLEM_COLUMNS = [Column("group", max_width=16), Column("seq"), Column("kind"),
+                   Column("collective", max_width=32), Column("culprits", max_width=24),
+                   Column("pg", wide=True), Column("reached", wide=True)]
+
+
+def table(document: HangDocument) -> Table:
+    """Each group's first problem, the hang first: the table ``--csv`` and ``--markdown``
+    write."""
+    hangs = [document.hang, *document.others] if document.hang else []
+    rows = [ProblemRow(
+        group=hang.collective.group_text, seq=hang.collective.seq, kind=hang.kind,
+        collective=hang.collective.call.text(),
+        culprits=", ".join(f"{c.rank} {c.status}" for c in hang.culprits)
+        + (f" (+{len(hang.missing) + len(hang.unknown) - len(hang.culprits)})"
+           if hang.kind in ("not_reached", "not_known")
+           and len(hang.missing) + len(hang.unknown) > len(hang.culprits) else ""),
+        pg=hang.collective.group, reached=ranks_text(hang.reached)) for hang in hangs]
+    return Table(PROBLEM_COLUMNS, rows)
+
+
 def sections(document: HangDocument) -> list[Section]:
     found: list[Section] = []
     hang = document.hang
@@ -29,11 +64,6 @@ def sections(document: HangDocument) -> list[Section]:
         for culprit in hang.culprits:
             found.append(Section(f"rank {culprit.rank} ({culprit.status}): {culprit.summary}",
                                  _culprit_lines(culprit)))
-        if document.others:
-            found.append(Section("Other groups:", [f"- {other.summary}"
-                                                   for other in document.others[:6]]
-                                 + ([f"- ... and {len(document.others) - 6} more (--json)"]
-                                    if len(document.others) > 6 else [])))
         if document.next_steps:
             found.append(Section("What to do next:", [f"{n}. {step}" for n, step in
                                                       enumerate(document.next_steps, 1)]))
