@@ -311,30 +311,13 @@ def _ranks(config: RunConfig, fault: Fault) -> str | None:
     return None
 
 
-def _two_ranks(config: RunConfig, fault: Fault) -> str | None:
-    return "it needs at least 2 ranks" if config.world_size < 2 else None
+def _hang_kinds() -> tuple[FaultKind, ...]:
+    """The kinds that hang a run at step AMOUNT (``ddpprof hang``'s tests, in
+    workloads/hang_faults.py): ``analyze`` finds each from the ranks' Flight Recorder dumps."""
+    from .hang_faults import KINDS, inject, problem
 
-
-def _mesh(config: RunConfig, fault: Fault) -> str | None:
-    from ddpprof.variants import VARIANTS
-
-    if not VARIANTS[config.variant].tensor_parallel:
-        return f"variant {config.variant!r} runs over one process group (fsdp_tp has a mesh)"
-    return None
-
-
-def _hang(fault: Fault, context: RankContext) -> Injection:
-    from .hang_faults import Hang  # imports torch: only on a rank
-
-    return Hang(fault, context)
-
-
-def _hang_kind(name: str, summary: str,
-               problem: Callable[[RunConfig, Fault], str | None] = _two_ranks) -> FaultKind:
-    """A kind that hangs the run at step AMOUNT (workloads/hang_faults.py): ``analyze`` finds
-    it from the ranks' Flight Recorder dumps (``hang``), naming the rank."""
-    return FaultKind(name, summary, "rank", "step", 4, True, ("hang",), True, problem=problem,
-                     inject=_hang)
+    return tuple(FaultKind(name, summary, "rank", "step", 4, True, ("hang",), True,
+                           problem=problem, inject=inject) for name, summary in KINDS)
 
 
 #: Every kind, by name. ``expected_codes`` are ``ddpprof.findings`` codes (docs/findings.md
@@ -370,17 +353,7 @@ FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in (
               ("comm_bound",), configure=_with_small_batch),
     FaultKind("host_bound", "AMOUNT tiny element-wise ops before each forward on every rank",
               "all", "ops", 3000, True, ("host_bound",), inject=_TinyOps),
-    _hang_kind("skip_collective", "at step AMOUNT the rank skips the broadcast every rank "
-               "issues at the start of each step: the run hangs"),
-    _hang_kind("wrong_collective", "at step AMOUNT the rank all-gathers where every rank "
-               "all-reduces at the start of each step: the run hangs"),
-    _hang_kind("size_mismatch", "at step AMOUNT the rank's all-reduce at the start of the step "
-               "has one element more than the others'"),
-    _hang_kind("exit_mid_step", "the rank exits at step AMOUNT, before its forward"),
-    _hang_kind("sleep_past_timeout", "the rank sleeps at the start of step AMOUNT until it is "
-               "stopped: its peers time out"),
-    _hang_kind("hang_in_group", "at step AMOUNT the rank broadcasts in its tensor-parallel "
-               "group, which its peers never do", _mesh),
+    *_hang_kinds(),
 )}
 
 

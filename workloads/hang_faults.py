@@ -28,25 +28,61 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
-
-from .faults import Fault, Injection, RankContext
-
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-#: The step a hang fault acts at when the fault does not say (``faults.HANG_STEP``).
+    from ddpprof.record.config import RunConfig
+
+    from .faults import Fault, Injection, RankContext
+
+#: The step a hang fault acts at when the fault does not say (the registry's default).
 DEFAULT_STEP = 4
 #: How long ``sleep_past_timeout`` sleeps: until torchrun stops it, in practice.
 SLEEP_S = 3600.0
+#: The kinds (name, summary), for ``workloads.faults.FAULT_KINDS``.
+KINDS = (
+    ("skip_collective", "at step AMOUNT the rank skips the broadcast every rank issues at the "
+     "start of each step: the run hangs"),
+    ("wrong_collective", "at step AMOUNT the rank all-gathers where every rank all-reduces at "
+     "the start of each step: the run hangs"),
+    ("size_mismatch", "at step AMOUNT the rank's all-reduce at the start of the step has one "
+     "element more than the others'"),
+    ("exit_mid_step", "the rank exits at step AMOUNT, before its forward"),
+    ("sleep_past_timeout", "the rank sleeps at the start of step AMOUNT until it is stopped: "
+     "its peers time out"),
+    ("hang_in_group", "at step AMOUNT the rank broadcasts in its tensor-parallel group, which "
+     "its peers never do"),
+)
 
 
-class Hang(Injection):
+def problem(config: RunConfig, fault: Fault) -> str | None:
+    """Why a run cannot take a hang fault: one rank alone cannot hang, and ``hang_in_group``
+    needs a mesh."""
+    from ddpprof.variants import VARIANTS
+
+    if config.world_size < 2:
+        return "it needs at least 2 ranks"
+    if fault.kind == "hang_in_group" and not VARIANTS[config.variant].tensor_parallel:
+        return f"variant {config.variant!r} runs over one process group (fsdp_tp has a mesh)"
+    return None
+
+
+def inject(fault: Fault, context: RankContext) -> Injection:
+    return Hang(fault, context)
+
+
+# The registry (workloads.faults) builds its hang kinds from the names above as it loads: the
+# import comes after them, so that either module may be imported first.
+from .faults import Injection as _Injection  # noqa: E402
+
+
+class Hang(_Injection):
     """One hang fault: the collectives every rank issues at the start of each step (for the
     kinds that have one), and the culprit's deviation at its step."""
 
     def __init__(self, fault: Fault, context: RankContext) -> None:
+        import torch
+
         self.kind = fault.kind
         self.culprit = context.rank == fault.rank
         self.at_step = int(fault.amount) if fault.amount is not None else DEFAULT_STEP
@@ -55,6 +91,9 @@ class Hang(Injection):
         self.metric = torch.ones(4, device=context.device)
 
     def step_starts(self, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+
         acts = self.culprit and step == self.at_step
         device = self.context.device
         if self.kind == "skip_collective":
