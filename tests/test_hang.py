@@ -324,3 +324,19 @@ def test_odd_entries_never_crash_the_diagnosis(tmp_path_factory, entries):
     (folder / "rank_1").write_bytes(pickle.dumps({"version": "2.10", "entries": entries}))
     document = diagnosis(folder)
     assert document.verdict in ("hang", "no_hang")
+
+
+def test_record_turns_flight_recorder_on_and_names_its_dumps(tmp_path):
+    from ddpprof.record import flight_recorder as fr
+    from ddpprof.record.folders import is_run_file
+
+    assert fr.environment(0, "gloo", tmp_path) == {"TORCH_FR_BUFFER_SIZE": "0"}
+    assert fr.environment(2000, "gloo", tmp_path) == {"TORCH_FR_BUFFER_SIZE": "2000"}
+    nccl = fr.environment(2000, "nccl", tmp_path)
+    assert nccl["TORCH_FR_DUMP_TEMP_FILE"] == str(tmp_path.resolve() / "fr" / "rank_")
+    assert nccl["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    (tmp_path / "fr").mkdir()
+    for name in ("rank_10", "rank_2", "rank_x", ".tmp-1-rank_3"):
+        (tmp_path / "fr" / name).write_bytes(b"")
+    assert fr.dumps_in(tmp_path) == ["fr/rank_2", "fr/rank_10"]
+    assert is_run_file(tmp_path / "fr")       # replaced whole when the run is recorded again

@@ -64,12 +64,12 @@ def site_of(frames: tuple[Frame, ...]) -> Site | None:
     """The code that called a collective, from its stack (innermost first)."""
     if not frames:
         return None
-    mine = [f for f in frames if not _LIBRARY.search(f.file)][:SITE_FRAMES]
     api = next((f.name for f in frames if f.file.endswith(_API_FILES)), frames[0].name)
-    return Site(frames=mine, api=api)
+    return Site(frames=user_frames(frames), api=api)
 
 
 def user_frames(frames: tuple[Frame, ...] | list[Frame]) -> list[Frame]:
+    """The frames outside torch and Python's own library: the code that called."""
     return [f for f in frames if not _LIBRARY.search(f.file)][:SITE_FRAMES]
 
 
@@ -117,7 +117,7 @@ def _culprit(dump_set: DumpSet, problem: Problem, rank: int, expected: Collectiv
         return Culprit(rank=rank, status="absent",
                        summary=f"left no dump that could be read{why}: nothing is known of it")
     last_place = dump.last_entry()
-    last = _collective(dump_set, *_group_row_of(last_place, rank)) if last_place else None
+    last = _collective(dump_set, last_place[0], rank, last_place[1]) if last_place else None
     where = user_frames(dump.where) or list(dump.where[:SITE_FRAMES])
     base = Culprit(rank=rank, status="busy", summary="", last=last, where=where,
                    dump_reason=dump.reason, error=error)
@@ -142,10 +142,6 @@ def _culprit(dump_set: DumpSet, problem: Problem, rank: int, expected: Collectiv
         if where and dump.reason else ""
     return replace(base, summary=(
         f"completed {last.text()} at {_where(last)} and issued no collective after it{stopped}"))
-
-
-def _group_row_of(place: tuple[str, int], rank: int) -> tuple[str, int, int]:
-    return place[0], rank, place[1]
 
 
 def _where(collective: Collective) -> str:
