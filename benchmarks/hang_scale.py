@@ -55,7 +55,7 @@ def step_ops(rank: int, world: int) -> list[tuple[str, str, str, list[list[int]]
     """One step's collectives of ``rank``: (group name, description, op, input sizes)."""
     tp_group, dp_group = rank // TP, rank % TP
     ops = []
-    for layer in range(LAYERS):
+    for _layer in range(LAYERS):
         ops.append((f"dp{dp_group}", "mesh_dp", "all_gather", [[4096]]))
         ops.append((f"tp{tp_group}", "mesh_tp", "all_reduce", [[16, 512]]))
         ops.append((f"tp{tp_group}", "mesh_tp", "all_reduce", [[16, 512]]))
