@@ -48,12 +48,14 @@ def find(path: Path) -> Found:
     """The dump files at ``path`` (see the module docstring); a ``UsageError`` when there are
     none, or names that give two files one rank."""
     if path.is_dir():
+        if path.name == FR_DIR and (path.parent / MANIFEST_NAME).is_file():
+            path = path.parent                  # a run's fr/ named: the run, with its run.json
         if (path / MANIFEST_NAME).is_file():
             folder = path / FR_DIR
             if not folder.is_dir():
                 raise UsageError(f"{path}: the run left no Flight Recorder dumps (no {FR_DIR}/: "
-                                 "it completed, was recorded with --fr-buffer-size 0 or by an "
-                                 "older ddpprof, or no rank could dump)")
+                                 "it was recorded with --fr-buffer-size 0 or by an older "
+                                 "ddpprof, or no rank lived to dump)")
             files, skipped = _listed(folder, None)
             return Found(_by_rank(files, folder), path, skipped)
         files, skipped = _listed(path, None)
