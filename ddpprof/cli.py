@@ -22,6 +22,7 @@ from .errors import Interrupted, RunFailed, UsageError, describe_os_error, witho
 from .options import exits
 from .processes import import_numpy_with_one_blas_thread
 from .record.config import option_fields, record_option_fields
+from .record.faults import FAULT, kind_names
 from .report.output import Output, Outputs, emit
 from .report.table import terminal_text
 from .variants import DEFAULT_BUCKET_CAP_MIB
@@ -67,6 +68,10 @@ def cli() -> None:
 @click.option("--name", type=o.RUN_NAME,
               help="The run folder's name [default: the variant]; with several runs, the "
                    "folder that holds them.")
+@click.option("--fault", "faults", type=FAULT, multiple=True, metavar="KIND[:RANK[:AMOUNT]]",
+              help="Testing: inject a fault with a known culprit, with no marker in the trace "
+                   "(run.json records it under injected_faults); repeatable. Kinds: "
+                   f"{kind_names()} (see docs/recording.md#faults).")
 @o.outputs("one row per run", progress=True)
 def record(**kwargs: Any) -> None:
     """Record training runs through torchrun: one Chrome trace per rank and a run.json each.
@@ -134,6 +139,20 @@ def gate(**kwargs: Any) -> None:
     matched by name (names must be unique), else by variant and configuration.
     """
     run("gate", **kwargs)
+
+
+@cli.command(epilog=exits("the dumps show no hang"))
+@click.argument("path", metavar="RUN_OR_DUMPS", type=click.Path(path_type=Path))
+@o.outputs("the diagnosis", progress=True)
+def hang(**kwargs: Any) -> None:
+    """Why a job hung: the first collective its ranks did not all reach alike, the ranks to
+    blame and what each did instead, and where in the code, from Flight Recorder dumps.
+
+    RUN_OR_DUMPS is a run folder `ddpprof record` wrote (its dumps are in fr/), a folder of
+    PyTorch's Flight Recorder dumps (pickle or JSON, named <prefix><rank>), or that prefix
+    (TORCH_FR_DUMP_TEMP_FILE). Exit 0 with a diagnosis.
+    """
+    run("hang", **kwargs)
 
 
 @cli.command(epilog=exits(""))

@@ -227,6 +227,16 @@ class Throughput(msgspec.Struct, kw_only=True):
     profiler_overhead_ratio: Rate | None = None
 
 
+class InjectedFault(msgspec.Struct, kw_only=True):
+    """A fault ``ddpprof record --fault`` injected into the run (``workloads/faults.py``): the
+    ground truth a diagnosis is held to. The analysis never reads it."""
+
+    kind: str
+    rank: int | None = None             # the culprit rank; None for a kind of every rank
+    amount: float | None = None
+    unit: str | None = None             # of the amount: "ms", "x", "MiB", ...
+
+
 class RunManifest(msgspec.Struct, kw_only=True):
     schema_version: int | None = None
     status: Status | None = None        # None: the file does not say (not ddpprof's)
@@ -247,6 +257,13 @@ class RunManifest(msgspec.Struct, kw_only=True):
     memory: list[MemoryRow] | None = None
     buckets: list[BucketRecord] | None = None
     mesh: MeshRecord | None = None
+    #: A failed or interrupted run's Flight Recorder dumps, relative to the run folder
+    #: (``fr/rank_0``, ...: PyTorch's own format, one per rank that could write one; read by
+    #: ``ddpprof hang``); None when no rank left one, or the run completed.
+    fr_dumps: list[str] | None = None
+    #: The faults injected into the run (``record --fault``); None: none. Never read by the
+    #: analysis (``tests/test_fault_injection.py`` checks its findings do not change without it).
+    injected_faults: list[InjectedFault] | None = None
 
 
 def read_manifest(path: Path) -> RunManifest:

@@ -18,8 +18,8 @@ from ddpprof.options import ListOf
 from ddpprof.variants import VARIANT_NAMES
 
 COMMANDS: dict[str, click.Command] = cli.commands
-WORKFLOW = ["record", "analyze", "critical-path", "diff", "gate", "simulate", "calibrate",
-            "sweep", "bench", "memory", "variants"]
+WORKFLOW = ["record", "analyze", "critical-path", "diff", "gate", "hang", "simulate",
+            "calibrate", "sweep", "bench", "memory", "variants"]
 
 
 def _options(command: click.Command) -> dict[str, click.Option]:

@@ -154,6 +154,8 @@ def test_a_signal_to_record_stops_every_process_and_marks_the_run_interrupted(si
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "interrupted"
     assert manifest["error"]["signal"] == name
+    # each rank dumped its Flight Recorder buffer on the signal torchrun passed on
+    assert manifest["fr_dumps"] == ["fr/rank_0", "fr/rank_1"]
 
 
 @linux_only

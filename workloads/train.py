@@ -13,9 +13,13 @@ from __future__ import annotations
 
 if __name__ == "__main__":
     # Before anything slow: die with torchrun, and stop now if it (or ddpprof) is already gone.
+    import signal
+
     from ddpprof.record.process import die_with_launcher
 
     die_with_launcher()
+    # The launcher's request for a Flight Recorder dump must not kill a rank still starting.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 import gc
 import gzip
@@ -43,9 +47,11 @@ from ddpprof.record.measurements import WORKER_RESULT, WorkerResult
 from ddpprof.run_folder import RunFolder
 from ddpprof.units import MIB
 from ddpprof.variants import VARIANTS, make_variant
-from ddpprof.variants.base import DataParallel
+from ddpprof.variants.base import COLLECTIVE_HOOKS, DataParallel
 
 from .data import BatchSource, build_data, checkpoint_tokenizer, shard
+from .faults import Injection, RankContext, RankFaults, from_env
+from .flight_recorder import FlightRecorder, dump_on_error
 from .memory import MemoryProbe, ProfiledPeaks, gather_figures
 from .models import build_model, compute_loss, count_parameters
 
@@ -88,17 +94,21 @@ def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSour
           steps: int, global_batch: int, grad_accum: int, rank: int,
           device: torch.device, clock: StepClock | None = None,
           sync_clock: StepClock | None = None, delay_rank: int = -1, delay_ms: float = 0.0,
-          on_step_end=lambda step: None) -> list[torch.Tensor]:
+          faults: Injection | None = None, on_step_end=lambda step: None
+          ) -> list[torch.Tensor]:
     """Run ``steps`` optimizer steps; return each step's local loss (a detached tensor, so the
     loop never waits on the device for it). Each rank trains on the shard of every global batch
     that the variant gives it (``model.data_shard()``: ranks of one tensor-parallel group share
     one). ``sync_clock`` brackets each step's ``finish_gradient_sync``: for the blocking
     variants, that is the communication time. ``delay_rank`` sleeps ``delay_ms`` at the start
-    of every step (``--inject-delay``)."""
+    of every step (``--inject-delay``). ``faults`` (``--fault``) are called at their hooks
+    (``workloads.faults.Injection``)."""
     micro_batch = global_batch // grad_accum
     shard_index, shard_count = model.data_shard()
     fail_rank, fail_step = _planned_failure()
     delay_s = delay_ms / 1e3 if rank == delay_rank else 0.0
+    faults = faults or Injection()
+    replaced = faults.replaces_gradient_sync
     losses = []
     for step in range(steps):
         # The step's own work only: what ``on_step_end`` does (the profiler exporting a trace,
@@ -110,19 +120,24 @@ def train(model: DataParallel, optimizer: torch.optim.Optimizer, data: BatchSour
         if delay_s:
             with torch.profiler.record_function("ddpprof::injected_delay"):
                 time.sleep(delay_s)
+        faults.step_starts(step)
         step_loss = torch.zeros((), device=device)
         for micro in range(grad_accum):
             batch = shard(data.global_batch(step * grad_accum + micro, micro_batch),
                           shard_index, shard_count)
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            last_micro = micro == grad_accum - 1
-            with nullcontext() if last_micro else model.no_sync():
+            faults.before_forward(step)
+            syncs = micro == grad_accum - 1 and not replaced
+            with nullcontext() if syncs else model.no_sync():
                 loss = compute_loss(model, batch) / grad_accum
                 loss.backward()
             step_loss += loss.detach()
         if sync_clock:
             sync_clock.start()
-        model.finish_gradient_sync()
+        if replaced:
+            faults.sync_gradients(model)
+        else:
+            model.finish_gradient_sync()
         if sync_clock:
             sync_clock.stop()
         model.optimizer_step(optimizer)
@@ -169,6 +184,15 @@ def _planned_failure() -> tuple[int, int]:
     return int(rank), int(step)
 
 
+def every_group_times_out(timeout_s: float) -> None:
+    """Give the groups a variant made (a device mesh's) the run's ``--timeout-s``: c10d gives
+    them its default (30 minutes on gloo), so a collective stuck in one of them would outlast
+    the timeout the world group has."""
+    timeout = timedelta(seconds=timeout_s)
+    for group in list(dist.distributed_c10d._world.pg_map):
+        dist.distributed_c10d._set_pg_timeout(timeout, group)
+
+
 def _device_for(backend: str, local_rank: int) -> torch.device:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
@@ -203,6 +227,8 @@ def run(config: RunConfig, folder: RunFolder) -> None:
         dist.init_process_group(config.backend, timeout=timedelta(seconds=config.timeout_s),
                                 device_id=device if device.type == "cuda" else None)
     world_size = dist.get_world_size() if distributed else 1
+    if distributed and config.fr_buffer_size:
+        FlightRecorder(folder, rank).install()
     grad_accum = config.grad_accum or 1
 
     torch.manual_seed(config.seed + rank)  # the broadcast from rank 0 must make ranks agree
@@ -210,6 +236,8 @@ def run(config: RunConfig, folder: RunFolder) -> None:
     module.to(device)
     model = make_variant(config.variant, module, bucket_cap_mb=config.bucket_cap_mb,
                          gradient_as_bucket_view=config.gradient_as_bucket_view, tp=config.tp)
+    if distributed:
+        every_group_times_out(config.timeout_s)
     optimizer = model.make_optimizer(torch.optim.AdamW, lr=config.lr)
     memory = MemoryProbe(model, optimizer, device, sample_at_step=config.steps - 1)
     data = build_data(is_language_model=info.is_language_model, vocab_size=info.vocab_size,
@@ -244,13 +272,19 @@ def run(config: RunConfig, folder: RunFolder) -> None:
             print(f"ddpprof-step {step + 1}/{config.steps}", flush=True)
 
     clock, sync_clock = StepClock(device), StepClock(device)
+    faults = RankFaults(from_env(), RankContext(rank, local_rank, world_size, model, device,
+                                                config.seed))
+    if faults.hooks_collectives:
+        COLLECTIVE_HOOKS.append(faults.before_collective)
     memory.step_starts(0)
-    with profiler if profiler is not None else nullcontext():
-        losses = train(model, optimizer, data, steps=config.steps,
-                       global_batch=config.global_batch, grad_accum=grad_accum, rank=rank,
-                       device=device, clock=clock,
-                       sync_clock=sync_clock, on_step_end=on_step_end,
-                       **_inject_delay(config.inject_delay))
+    try:
+        with profiler if profiler is not None else nullcontext():
+            losses = train(model, optimizer, data, steps=config.steps,
+                           global_batch=config.global_batch, grad_accum=grad_accum, rank=rank,
+                           device=device, clock=clock, sync_clock=sync_clock, faults=faults,
+                           on_step_end=on_step_end, **_inject_delay(config.inject_delay))
+    finally:
+        faults.close()
 
     # Everything below runs after profiling, so averaging the loss cannot show up in a trace.
     memory_per_rank = gather_figures(memory.figures(rank, peaks), distributed)
@@ -298,6 +332,7 @@ def errors_recorded(run_dir: Path) -> Iterator[RunFolder]:
         yield folder
     except BaseException as error:
         if not isinstance(error, KeyboardInterrupt):
+            dump_on_error(error)
             _write_error(folder, error)
         raise
     finally:

@@ -324,7 +324,8 @@ def _analyze_found(found: list[RunInput], options: AnalysisOptions, executor: Ex
         status = effective_status(run.manifest)
         if status in INCOMPLETE:
             analysis.unfinished.append(RunProblem(
-                run.name, status_detail(run.manifest) or f"the recording is {status}", status))
+                run.name, status_detail(run.manifest) or f"the recording is {status}", status,
+                str(run.folder)))
             continue
         try:
             analysis.runs += analyze_run(run, options, executor, on_rank)

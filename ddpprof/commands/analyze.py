@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .. import progress
 from ..analysis import AnalysisOptions, analyze_paths, to_json_document
 from ..findings import findings
+from ..hang.finding import hang_findings
 from ..report import console
 from ..report.output import Output, Outputs
 from ..simulate.advice import cap_advice_for_runs
@@ -40,7 +41,9 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
     outputs.check(page_name, files=[*(Path(r.path) for run in analysis.runs for r in run.ranks),
                                     *(Path(run.folder) / "run.json" for run in analysis.runs)],
                   what="a trace being analyzed")
-    advice = findings(analysis.runs, cap_advice_for_runs(analysis.runs))
+    # a run that hung: its Flight Recorder dumps' diagnosis comes first
+    advice = hang_findings(analysis.unfinished) + findings(
+        analysis.runs, cap_advice_for_runs(analysis.runs))
     runs_table, flagged = console.run_table(analysis, advice)
     tables = [runs_table]
     if (groups := console.group_table(analysis)) is not None:

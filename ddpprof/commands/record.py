@@ -3,9 +3,10 @@ torchrun (``ddpprof.record.launcher``; folder names in ``ddpprof.record.grid``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError, describe_os_error
 from ..record import grid
@@ -14,6 +15,9 @@ from ..record.launcher import Recording, RunOutcome
 from ..report.output import Output, Outputs
 from ..report.table import Column, Table, columns
 from . import require_record_extra
+
+if TYPE_CHECKING:
+    from workloads.faults import FaultSpec
 
 
 @dataclass(frozen=True)
@@ -63,13 +67,15 @@ def row(outcome: RunOutcome) -> RecordRow:
 
 
 def record(variants: list[str], models: list[str], nprocs: list[int], bucket_caps_mib: list[float],
-           out: Path, name: str | None, outputs: Outputs, **fields: Any) -> Output:
+           out: Path, name: str | None, outputs: Outputs, faults: Sequence[FaultSpec] = (),
+           **fields: Any) -> Output:
     require_record_extra("record")
     from ..record.launcher import record as record_runs
 
     base = RunConfig(**fields)
     recording = Recording(variants, base, out, name, outputs.quiet,
-                          configs=tuple(grid.configs(base, models, nprocs, bucket_caps_mib)))
+                          configs=tuple(grid.configs(base, models, nprocs, bucket_caps_mib)),
+                          faults=tuple(faults))
     outputs.check("record", folders=[*recording.targets(),
                                      *(recording.run_dir(r.label) for r in recording.runs())])
     try:

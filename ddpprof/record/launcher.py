@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -37,9 +38,12 @@ from ..options import check_run_name, unknown_model
 from ..progress import Progress
 from ..run_folder import FOLDER_ID_ENV, RunFolder
 from ..variants import VARIANTS
-from . import folders, grid, measurements, process
+from . import faults, flight_recorder, folders, grid, measurements, process
 from .config import CONFIG_FILE, Launch, RunConfig, encode_hook
 from .failure import run_error
+
+if TYPE_CHECKING:
+    from workloads.faults import Fault, FaultSpec
 
 WORKER_MODULE = "workloads.train"
 #: More CPU ranks than this per usable core measure only the contention (and a typo such as
@@ -58,6 +62,8 @@ class Recording:
     name: str | None = None
     quiet: bool = False
     configs: tuple[RunConfig, ...] = ()
+    #: ``--fault``: injected into every run (``workloads/faults.py``)
+    faults: tuple[FaultSpec, ...] = ()
 
     def runs(self) -> list[grid.PlannedRun]:
         return grid.plan(self.variants, self.configs or (self.config,))
@@ -77,11 +83,20 @@ class Recording:
         """The configuration of ``variant``'s run, every default resolved."""
         config = config or self.config
         info = VARIANTS[variant]
-        return config.replace(
+        config = config.replace(
             variant=variant, backend=backend,
             grad_accum=config.grad_accum or info.default_grad_accum,
             nproc=config.nproc if info.distributed else 1,
             tp=(config.tp or info.default_tp) if info.tensor_parallel else None)
+        if not self.faults:
+            return config
+        from workloads.faults import configure
+
+        return configure(config, self.run_faults(config))
+
+    def run_faults(self, config: RunConfig) -> list[Fault]:
+        """``--fault`` in the run of ``config``: each culprit rank and amount resolved."""
+        return [spec.resolve(config.world_size) for spec in self.faults]
 
     @property
     def log_name(self) -> str:
@@ -153,7 +168,7 @@ def validate(recording: Recording) -> None:
         raise UsageError(f"variant {one_process[0]!r} runs one process; it cannot span "
                          "--nnodes > 1")
     for planned in recording.runs():
-        run = recording.run_config(planned.variant, config.backend, planned.config)
+        run = faults.checked_config(recording, planned.variant, planned.config)
         if run.tp is not None:
             check_tensor_parallel(run)
         accum = run.grad_accum or 1     # run_config gave it the variant's default
@@ -256,15 +271,17 @@ def record_one(recording: Recording, config: RunConfig, folder: RunFolder, progr
     run_dir = folder.path
     writes_manifest = config.node_rank == 0
     command = torchrun_command(config, run_dir, recording.name or run_dir.name)
+    injected = recording.run_faults(config)
     manifest = RunManifest(schema_version=SCHEMA_VERSION, status="running", run=run_dir.name,
                            started=now_iso(), config=config, command=command,
-                           owner=Owner.current())
+                           owner=Owner.current(), injected_faults=faults.ground_truth(injected))
     folder.write_text(CONFIG_FILE, config.to_json().decode())
     if writes_manifest:
         write_manifest(folder, manifest)
 
     launched = run_torchrun(command, folder, recording.log_name, config.backend,
-                            config.nproc, config.timeout_s, guard, progress, config.steps)
+                            config.nproc, config.start_timeout_s, guard, progress, config.steps,
+                            faults.environment(injected), config.fr_buffer_size)
     finish_manifest(manifest, recording, config, folder, launched.returncode, guard.signum,
                     launched.rendezvous_expired, launched.elapsed_s)
     if writes_manifest:
@@ -288,18 +305,23 @@ class Launched:
 
 def run_torchrun(command: list[str], folder: RunFolder, log_name: str, backend: str,
                  nproc: int, timeout_s: float, guard: process.SignalGuard, progress: Progress,
-                 steps: int) -> Launched:
+                 steps: int, extra_env: dict[str, str] | None = None, fr_buffer_size: int = 0
+                 ) -> Launched:
     """Run ``command`` (``torchrun_command``) to its end, its output in ``folder``'s log
     ``log_name`` (the ranks check that they write into ``folder``, not a folder that took its
     place): torchrun
     dies with this process, gets the signals ``guard`` forwards, is killed when no rank has
     started ``timeout_s`` after the launch, and whatever it leaves is killed and reaped before
-    this returns. ``progress`` follows rank 0's ``ddpprof-step k/steps`` lines."""
+    this returns. ``progress`` follows rank 0's ``ddpprof-step k/steps`` lines; ``extra_env``
+    is added to the ranks' environment. With ``fr_buffer_size`` the ranks keep that many
+    Flight Recorder entries, and are asked for their dumps before torchrun is killed
+    (``flight_recorder``)."""
     # PYTHONSAFEPATH: a folder named workloads (or torch) in the working directory must not
     # stand in for the installed one.
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
                **{process.LAUNCHER_PID_ENV: str(os.getpid()),
-                  FOLDER_ID_ENV: folder.identity_text})
+                  FOLDER_ID_ENV: folder.identity_text}, **(extra_env or {}),
+               **flight_recorder.environment(fr_buffer_size, backend, folder.path))
     if backend == "gloo":
         env["OMP_NUM_THREADS"] = str(threads_per_rank(nproc))
     started = time.monotonic()
@@ -308,7 +330,8 @@ def run_torchrun(command: list[str], folder: RunFolder, log_name: str, backend: 
         torchrun = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                                     preexec_fn=processes.preexec_die_with_parent())
-    watchdog = Watchdog(torchrun, timeout_s, guard)
+    watchdog = Watchdog(torchrun, timeout_s, guard,
+                        folder.path if fr_buffer_size else None)
     guard.attach(torchrun.pid)
     try:
         progress.follow(torchrun, log_path, steps, on_tick=watchdog.check)
@@ -326,8 +349,8 @@ def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConf
                     rendezvous_expired: bool, elapsed_s: float) -> None:
     """Give the manifest of a run whose processes are all gone its final status."""
     run_dir = folder.path
-    for leftover in run_dir.glob(".tmp-*"):  # a rank stopped mid-write
-        leftover.unlink(missing_ok=True)
+    for leftover in [*run_dir.glob(".tmp-*"), *(run_dir / flight_recorder.FR_DIR).glob(".tmp-*")]:
+        leftover.unlink(missing_ok=True)  # a rank stopped mid-write
     manifest.elapsed_s = round(elapsed_s, 3)
     manifest.finished = now_iso()
     manifest.traces = sorted(p.name for p in run_dir.glob("rank*.pt.trace.json.gz"))
@@ -344,7 +367,8 @@ def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConf
         manifest.status = "failed"
         where = f" at {config.rdzv_endpoint}" if config.rdzv_endpoint else ""
         manifest.error = RunError(message=f"the rendezvous{where} did not start the ranks "
-                                          f"within {config.timeout_s:g} s (--timeout-s)", log=log)
+                                          f"within {config.start_timeout_s:g} s (--timeout-s)",
+                                  log=log)
     elif returncode != 0:
         manifest.status = "failed"
         manifest.error = run_error(folder, log, returncode)
@@ -363,6 +387,8 @@ def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConf
         else:
             if result is not None:
                 add_measurements(manifest, result, config)
+    if manifest.status != "complete":   # the ranks' Flight Recorder dumps, if any
+        manifest.fr_dumps = flight_recorder.dumps_in(run_dir) or None
     if config.node_rank == 0:
         # Only the launcher that writes run.json takes rank 0's result: on one machine the
         # other nodes' launchers share the folder, and rank 0 may be one of their ranks.
@@ -371,19 +397,24 @@ def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConf
 
 class Watchdog:
     """Called by the progress loop while torchrun runs: kills torchrun when a forwarded signal
-    has gone unheeded for ``process.GRACE_S``, and when no rank has started ``timeout_s`` after
+    has gone unheeded for ``process.GRACE_S`` (first asking the ranks for their Flight Recorder
+    dumps into ``dumps_into``, when given), and when no rank has started ``timeout_s`` after
     the launch (a rendezvous that never completes: torchrun's own timeouts do not cover an
     endpoint that accepts the connection and never answers)."""
 
     def __init__(self, torchrun: subprocess.Popen[bytes], timeout_s: float,
-                 guard: process.SignalGuard) -> None:
+                 guard: process.SignalGuard, dumps_into: Path | None = None) -> None:
         self.torchrun, self.timeout_s, self.guard = torchrun, timeout_s, guard
+        self.dumps_into = dumps_into
         self.launched = time.monotonic()
         self.started = not processes.can_list_children()  # cannot tell: assume started
         self.expired = False
 
     def check(self) -> None:
         if self.guard.overdue():
+            ranks = processes.child_pids(self.torchrun.pid)
+            if self.dumps_into is not None and ranks:
+                flight_recorder.request_dumps(ranks, self.dumps_into)
             self.guard.kill_child()
         if not self.started:
             self.started = bool(processes.child_pids(self.torchrun.pid))

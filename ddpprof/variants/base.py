@@ -20,7 +20,7 @@ PyTorch DDP, so the optimizer skips it (a zero gradient would let AdamW's weight
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, overload
 
@@ -148,6 +148,18 @@ class DataParallel(nn.Module):
 WAIT_SPAN = "ddpprof::wait"
 
 
+#: Called before each gradient collective a hand-written variant launches, with its kind
+#: (``all_reduce``, ``reduce_scatter``, ``all_gather``) and tensor: the seam through which
+#: ``ddpprof record --fault`` acts on collectives (``workloads/faults.py``); empty otherwise.
+#: PyTorch DDP's and FSDP's collectives are launched inside torch and do not pass here.
+COLLECTIVE_HOOKS: list[Callable[[str, torch.Tensor], None]] = []
+
+
+def _before_collective(kind: str, tensor: torch.Tensor) -> None:
+    for hook in COLLECTIVE_HOOKS:
+        hook(kind, tensor)
+
+
 def ready_grad(param: nn.Parameter) -> torch.Tensor:
     """The gradient of a parameter a gradient hook fired for, or that was checked to have one."""
     if param.grad is None:
@@ -167,6 +179,7 @@ def all_reduce_sum(tensor: torch.Tensor, *, blocking: Literal[False]) -> dist.Wo
 def all_reduce_sum(tensor: torch.Tensor, *, blocking: bool) -> dist.Work | None:
     """Sum ``tensor`` over ranks in place: blocking (async launch, then a visible wait), or
     returning the handle to wait on later."""
+    _before_collective("all_reduce", tensor)
     work = dist.all_reduce(tensor, op=dist.ReduceOp.SUM, async_op=True)
     if not blocking:
         return work
@@ -182,10 +195,12 @@ _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather
 def reduce_scatter_sum(output: torch.Tensor, input: torch.Tensor) -> dist.Work:
     """Launch the sum over ranks of ``input``, rank r receiving chunk r (``output``, which may be
     that chunk of ``input`` itself); returns the handle."""
+    _before_collective("reduce_scatter", input)
     return _reduce_scatter_single(output, input, op=dist.ReduceOp.SUM, async_op=True)
 
 
 def all_gather(output: torch.Tensor, input: torch.Tensor) -> dist.Work:
     """Launch the gather of every rank's ``input`` into ``output`` (rank r's at chunk r;
     ``input`` may be that chunk of ``output`` itself); returns the handle."""
+    _before_collective("all_gather", input)
     return _all_gather_single(output, input, async_op=True)
