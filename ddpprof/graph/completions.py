@@ -120,9 +120,12 @@ def untraced_waits(p: Prepared, part: Part) -> None:
 
 def thread_handoffs(part: Part) -> None:
     """Hand-off edges on a GPU run: a host thread's node that starts after a gap longer than
-    ``2 × COMPLETION_SLACK_US`` (or its lane's first node) with no completion or issue edge,
-    at most :data:`HANDOFF_SLACK_US` after a node of another host thread of the rank ended
-    inside the gap, waited for that node (the latest such)."""
+    ``2 × COMPLETION_SLACK_US`` with no completion or issue edge, at most
+    :data:`HANDOFF_SLACK_US` after a node of another host thread of the rank ended inside the
+    gap, waited for that node (the latest such). A thread that begins in the step (its first
+    node, on another thread than the step's own) was handed its work by the step's thread:
+    it waited for the last node of that thread that ended before it began, however long
+    before (untraced time between them: the autograd engine starting backward)."""
     nodes = part.nodes
     host = [k for k in range(1, len(nodes)) if nodes[k].lane.startswith("thread")]
     if not host:
@@ -136,14 +139,20 @@ def thread_handoffs(part: Part) -> None:
     for u, v, kind in part.edges:
         if kind == EdgeKind.PROGRAM and nodes[v].lane.startswith("thread"):
             before[v] = nodes[u].end_us
+    step_lane = nodes[0].lane
     for k in host:
         node = nodes[k]
         since = before.get(k, nodes[0].start_us)
         if k in explained or node.start_us - since <= 2 * COMPLETION_SLACK_US:
             continue
-        lo = np.searchsorted(ends, max(since, node.start_us - HANDOFF_SLACK_US), side="right")
+        first = k not in before
+        if first and node.lane == step_lane:
+            continue
+        lo = np.searchsorted(ends, since if first else max(
+            since, node.start_us - HANDOFF_SLACK_US), side="right")
         hi = np.searchsorted(ends, node.start_us, side="right")
-        others = [int(j) for j in by_end[lo:hi][::-1].tolist() if nodes[j].lane != node.lane]
+        others = [int(j) for j in by_end[lo:hi][::-1].tolist() if nodes[j].lane != node.lane
+                  and (not first or nodes[j].lane == step_lane)]
         if others:
             part.edges.append((others[0], k, EdgeKind.HANDOFF))
 
