@@ -306,8 +306,9 @@ def test_analyze_critical_path_section_and_findings(ddpprof_cli, tmp_path):
     assert messages["no_overlap"].endswith(
         "On the critical path of ProfilerStep#1, communication is 20.0% of the step, longest "
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL on rank 0 (20.0%).")
-    assert "waiting for rank 1 is 10.0% of the step, longest sm90_xmma_gemm_f32 on rank 1" \
-        in messages["straggler"]
+    # rank 1's gemm is slower than rank 0's: the rank the others wait for, on the path
+    assert "compute is 35.0% of the step, longest sm90_xmma_gemm_f32 on rank 1" \
+        in messages["slow_rank_contended"]
     page = (tmp_path / "report.html").read_text()
     assert "ProfilerStep#1: critical path over the ranks' timelines" in page
 

@@ -95,7 +95,7 @@ class RunProfile(msgspec.Struct, kw_only=True):
     unprofiled_step_ms: float | None = None     # run.json's median step without the profiler
 
 
-def _waiting_moved(rank: RankResult, own: RankParts, waits: CallWaits | None
+def waiting_moved(rank: RankResult, own: RankParts, waits: CallWaits | None
                    ) -> tuple[list[PartKey], np.ndarray]:
     """Move each call's time before its last member arrived (its exposed share of it) from
     its communication part to "waiting for rank N"."""
@@ -174,7 +174,7 @@ def run_profile(run: RunResult) -> RunProfile | None:
     keys: dict[PartKey, int] = {}
     per_rank = []
     for rank, rank_parts in zip(ranks, own, strict=True):
-        parts, part_us = _waiting_moved(rank, rank_parts, waits.get(rank.rank))
+        parts, part_us = waiting_moved(rank, rank_parts, waits.get(rank.rank))
         for key in parts:
             keys.setdefault(key, len(keys))
         per_rank.append((parts, part_us))
