@@ -273,3 +273,62 @@ def test_no_overlap_supersedes_exposed_tail(tmp_path):
 
     found = codes(cpu_run(tmp_path / "blocking", blocking))
     assert "no_overlap" in found and "exposed_tail" not in found
+
+
+def test_bucket_cap_too_small(tmp_path):
+    """Eight gradients of 1000 floats ready every 100 µs, each reduced alone (4000 B a call):
+    with a half-bandwidth size of 100 kB every bucket is below it; it hides latency_bound
+    (the same eight calls, below a quarter of it)."""
+    def small(base: float, rank: int) -> list[dict]:
+        events = [span("aten::mm", base + 10, base + 900)]
+        for k in range(8):
+            ready = base + 100 * (k + 1)
+            events += [grad(ready - 10, ready, 1000), reduce(ready + 5, ready + 60, 1000)]
+        return events
+
+    folder = cpu_run(tmp_path / "small", small)
+    found = codes(folder, CapAdvice(half_bandwidth_bytes=100_000))
+    assert "latency_bound" not in found
+    numbers = {e.name: e.value for e in found["bucket_cap_too_small"].evidence}
+    assert (numbers["buckets_per_step"], numbers["mean_bucket_bytes"]) == (8, 4000)
+    assert numbers["recommended_cap_mib"] == 0.38        # 4 × 100 kB
+    assert "bucket_cap_too_small" not in codes(folder, CapAdvice(half_bandwidth_bytes=3000))
+
+
+def test_comm_bound(tmp_path):
+    """mm 10-110 (forward and backward), the all-reduce 60-560 on gloo's thread, then the
+    optimizer 560-760: 500 µs of communication against 100 µs of the work a batch brings
+    (300 µs of compute less the optimizer's 200), 450 µs exposed (45% of the step). It
+    hides grad_accum_opportunity. With 700 µs of mm, the work outweighs it."""
+    def body(mm_us: float):
+        def events(base: float, rank: int) -> list[dict]:
+            return [span("aten::mm", base + 10, base + 10 + mm_us),
+                    reduce(base + 60, base + 560, 1000),
+                    span("Optimizer.step#AdamW.step", base + 560, base + 760,
+                         cat="user_annotation"),
+                    span("aten::add_", base + 560, base + 760)]
+        return events
+
+    found = codes(cpu_run(tmp_path / "small", body(100)))
+    assert "grad_accum_opportunity" not in found and "no_overlap" not in found
+    numbers = {e.name: e.value for e in found["comm_bound"].evidence}
+    assert (numbers["comm_ms_per_step"], numbers["forward_backward_ms_per_step"]) == (0.5, 0.1)
+    assert numbers["exposed_comm_pct"] == 45.0 and found["comm_bound"].severity == "high"
+    assert "comm_bound" not in codes(cpu_run(tmp_path / "large", body(700)))
+
+
+def test_host_bound_on_cpu(tmp_path):
+    """mm 0-400, then tiny adds of 5 µs each, 1 µs apart: 100 of them take 500 of the 1000 µs
+    step (50%); 10 of them take 5%, under the 15% that is named."""
+    def tiny(count: int):
+        def body(base: float, rank: int) -> list[dict]:
+            return [span("aten::mm", base, base + 400),
+                    *(span("aten::add", base + 400 + 6 * k, base + 405 + 6 * k)
+                      for k in range(count))]
+        return body
+
+    found = codes(cpu_run(tmp_path / "many", tiny(100)))["host_bound"]
+    numbers = {e.name: e.value for e in found.evidence}
+    assert (numbers["tiny_op_calls_per_step"], numbers["tiny_op_ms_per_step"]) == (100, 0.5)
+    assert numbers["untraced_ms_per_step"] == pytest.approx(0.1)   # 1 µs between, 400 µs after
+    assert "host_bound" not in codes(cpu_run(tmp_path / "few", tiny(10)))

@@ -31,9 +31,15 @@ SUPERSEDES = {"bucket_cap_too_large": ("no_overlap",),
               "bucket_cap_too_small": ("latency_bound",)}
 
 
+#: What a finding's gain counts for in the ranking, by its confidence (None: a rule that does
+#: not say): the expected gain of acting on it.
+CONFIDENCE_WEIGHT = {"high": 1.0, "medium": 0.75, "low": 0.5, None: 1.0}
+
+
 def findings(runs: list[RunResult], advice: dict[str, CapAdvice] | None = None
              ) -> list[Finding]:
-    """Every rule on every run, ranked by estimated gain, else by what it costs now."""
+    """Every rule on every run, ranked by estimated gain (else what it costs now) weighted by
+    the finding's confidence."""
     found = []
     for run in runs:
         mine = [f for rule in RULES if (f := rule(run, (advice or {}).get(run.name)))]
@@ -42,8 +48,8 @@ def findings(runs: list[RunResult], advice: dict[str, CapAdvice] | None = None
             if code in codes and code not in superseded:
                 superseded.update(hidden)
         found += [f for f in mine if f.code not in superseded]
-    return sorted(found, key=lambda f: (-f.impact_pct, SEVERITY_ORDER[f.severity], f.run,
-                                        f.code))
+    return sorted(found, key=lambda f: (-f.impact_pct * CONFIDENCE_WEIGHT[f.confidence],
+                                        SEVERITY_ORDER[f.severity], f.run, f.code))
 
 
 __all__ = ["CapAdvice", "CapReplay", "Evidence", "Finding", "findings"]

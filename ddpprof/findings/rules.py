@@ -10,8 +10,10 @@ from __future__ import annotations
 import statistics
 
 from ..analysis.group_rows import group_rows
-from ..analysis.results import RunResult
+from ..analysis.parts import PartKey
+from ..analysis.results import RankResult, RunResult
 from ..analysis.rows import run_row
+from ..trace.classify import OPTIMIZER_CATEGORY
 from ..units import MIB
 from .model import (
     CapAdvice,
@@ -102,10 +104,11 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
 
 
 def bucket_cap_too_small(run: RunResult, advice: CapAdvice | None) -> Finding | None:
-    """Many small gradient buckets: at least MANY_BUCKETS reductions per step whose mean size
-    is below BELOW_HALF_BANDWIDTH of the half-bandwidth size α·β (each pays the per-call
-    latency more than it moves bytes). Severity from the simulator's predicted gain at a
-    larger cap where it can replay the run, else from the exposed communication."""
+    """Many small gradient buckets: at least MANY_BUCKETS reductions of gradients per step
+    whose mean size is below the half-bandwidth size α·β (each spends longer on the per-call
+    latency than on moving bytes, and each is one more point where the ranks wait for one
+    another). What it costs is the exposed communication of the rank the others wait for;
+    the simulator's replay, where it can make one, says what a larger cap gains."""
     rank = reference_rank(run)
     timeline = rank.buckets
     half = advice.half_bandwidth_bytes if advice is not None else None
@@ -113,36 +116,30 @@ def bucket_cap_too_small(run: RunResult, advice: CapAdvice | None) -> Finding | 
             or timeline.backward_end_ms is None:   # reductions of no gradient seen
         return None
     sizes = [b.size_bytes for b in timeline.buckets if b.size_bytes is not None]
-    if not sizes:
+    if not sizes or statistics.fmean(sizes) >= half:
         return None
     mean = statistics.fmean(sizes)
-    if mean >= BELOW_HALF_BANDWIDTH * half:
-        return None
     replay = advice.replay if advice is not None and not foreign(run) else None
-    gain = None
+    cap = max(round(4 * half / MIB, 2), 0.25)
+    basis = "buckets of several times the half-bandwidth size move bytes more than they wait"
     if replay is not None and replay.best_cap_mb > (replay.current_cap_mb or float("inf")):
-        cap: float | None = replay.best_cap_mb
-        gain = replay.gain_pct
-        basis = (f"ddpprof simulate predicts {replay.best_step_ms:.1f} ms per step at "
-                 f"{replay.best_cap_mb:g} MiB against {replay.current_step_ms:.1f} ms now")
-    else:
-        cap = max(round(4 * half / MIB, 2), 0.25)
-        basis = "buckets of several times the half-bandwidth size move bytes more than they wait"
-        if replay is not None:
-            gain = 0.0
-            basis += (f"; but ddpprof simulate predicts no gain from larger buckets here "
-                      f"(best {replay.best_cap_mb:g} MiB)")
+        cap = replay.best_cap_mb
+        basis = (f"ddpprof simulate predicts {replay.best_step_ms:.1f} ms per step at {cap:g} "
+                 f"MiB against {replay.current_step_ms:.1f} ms now")
     remedy = (f"Make the gradient buckets larger (DDP's bucket_cap_mb={cap:g})"
               if foreign(run) else f"Use --bucket-cap-mib {cap:g}")
+    share = exposed_share(rank)
     return finding(
-        run, "bucket_cap_too_small", exposed_share(rank),
-        f"{len(timeline.buckets)} gradient buckets per step of {mib(mean)} on average, "
-        f"{half / mean:.0f}× below the {mib(half)} at which a call spends as long moving bytes "
-        f"as on latency: each pays the per-call latency. {remedy} ({basis}).",
+        run, "bucket_cap_too_small", share,
+        f"{len(timeline.buckets)} gradient buckets per step of {mib(mean)} on average, below "
+        f"the {mib(half)} at which a call spends as long moving bytes as on latency: each pays "
+        f"the per-call latency and is one more point where the ranks wait for one another; the "
+        f"collectives are exposed for {100 * share:.0f}% of the step. {remedy} ({basis}).",
         [Evidence("buckets_per_step", len(timeline.buckets)),
          Evidence("mean_bucket_bytes", round(mean), "B"),
          Evidence("half_bandwidth_bytes", round(half), "B"),
-         Evidence("recommended_cap_mib", cap)], gain)
+         Evidence("exposed_comm_pct", round(100 * share, 2), "%"),
+         Evidence("recommended_cap_mib", cap)])
 
 
 def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
@@ -222,33 +219,45 @@ def no_overlap(run: RunResult, advice: CapAdvice | None) -> Finding | None:
 
 
 def comm_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
-    """Communication outweighs compute: on the rank the others wait for (its collectives are
-    its own transfers), communication takes at least as long as compute and its exposed part
-    is at least COMM_BOUND_SHARE of the step. Too little work per rank for what each step
-    communicates; what it costs is that exposed part."""
+    """Communication outweighs the work a batch brings: on the rank the others wait for (its
+    collectives are its own transfers), the collectives take at least as long as forward and
+    backward (its compute but the optimizer's, which grows with the parameters as the
+    communication does, not with the batch), and the exposed communication is at least
+    COMM_BOUND_SHARE of the step. What it costs is that exposed part."""
     rank = reference_rank(run)
     b = rank.breakdown
-    if not rank.collectives or not b.window_us or b.comm_us < b.compute_us:
-        return None
-    share = b.exposed_comm_us / b.window_us
-    if share < COMM_BOUND_SHARE:
+    if not rank.collectives or not b.window_us:
         return None
     steps = max(rank.steps, 1)
     comm_ms, compute_ms = b.comm_us / 1e3 / steps, b.compute_us / 1e3 / steps
-    sizes = [s for s in rank.calls.size_bytes if s is not None]
-    moved = sum(sizes) / steps
+    work_ms = compute_ms - _optimizer_ms(rank)
+    share = b.exposed_comm_us / b.window_us
+    if comm_ms < work_ms or share < COMM_BOUND_SHARE:
+        return None
+    moved = sum(s for s in rank.calls.size_bytes if s is not None) / steps
     how = ("a larger batch per rank, accumulating gradients over micro-batches without "
            "syncing (no_sync), or fewer ranks" if foreign(run) else
            "a larger --global-batch per rank, --grad-accum 2 or more, or fewer ranks (--nproc)")
     return finding(
         run, "comm_bound", share,
-        f"communication outweighs compute: {comm_ms:.1f} ms of collectives per step "
-        f"({mib(moved)}) against {compute_ms:.1f} ms of compute, {100 * share:.0f}% of the step "
+        f"communication outweighs the work of a batch: {comm_ms:.3g} ms of collectives per "
+        f"step ({mib(moved)}) against {work_ms:.3g} ms of forward and backward "
+        f"({compute_ms:.3g} ms of compute with the optimizer), {100 * share:.0f}% of the step "
         f"exposed: each rank has too little work for what a step communicates. Use {how}.",
         [Evidence("comm_ms_per_step", round(comm_ms, 3), "ms"),
+         Evidence("forward_backward_ms_per_step", round(work_ms, 3), "ms"),
          Evidence("compute_ms_per_step", round(compute_ms, 3), "ms"),
          Evidence("bytes_per_step", round(moved), "B"),
          Evidence("exposed_comm_pct", round(100 * share, 2), "%")])
+
+
+def _optimizer_ms(rank: RankResult) -> float:
+    """The rank's time in its optimizer's step, per step (its parts; 0 without)."""
+    parts = rank.parts
+    key = PartKey("compute", OPTIMIZER_CATEGORY)
+    if parts is None or key not in parts.parts:
+        return 0.0
+    return float(parts.part_us[parts.parts.index(key)].mean()) / 1e3
 
 
 def host_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
