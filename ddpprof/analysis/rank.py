@@ -23,6 +23,7 @@ from ..metrics.breakdown import (
     overlap_pct,
 )
 from ..metrics.comm import CollectiveCalls, collective_stats
+from ..metrics.dispatch import tiny_op_stretches
 from ..metrics.groups import group_figures
 from ..trace import classify
 from ..trace.classify import Kind
@@ -367,7 +368,10 @@ class _HostAnalysis:
             process_groups=group_figures(calls, compute),
             calls=calls, per_step=self._per_step(window),
             timeline=self._timeline(window) if self.options.timeline else None,
-            buckets=self._buckets(), host=HostSignals(_dataloader_us(trace, window), None),
+            buckets=self._buckets(), host=HostSignals(
+                _dataloader_us(trace, window), None, iv.length(iv.intersect(tiny_op_stretches(
+                    trace.start_us[self.lanes.work], trace.end_us[self.lanes.work],
+                    trace.thread_id[self.lanes.work]), window))),
             tax_samples=tax.host_samples(trace, self.lanes, self.analyzed, compute,
                                          calls.start_us),
             parts=host_parts(trace, self.lanes, window, self.analyzed, calls))

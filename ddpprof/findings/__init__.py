@@ -23,10 +23,11 @@ RULES: tuple[Callable[[RunResult, CapAdvice | None], Finding | None], ...] = (
 #: blocking collectives every reduction runs after backward, so the last one's tail is a
 #: symptom of the blocking, not of the last bucket's size; too little work per rank is why
 #: accumulating gradients would pay, and why the last reduction sticks out; buckets too small
-#: are why the collectives are latency-bound. Ordered so that a finding comes before those it
+#: are why the collectives are latency-bound; blocking collectives one per gradient are too
+#: small buckets because they block. Ordered so that a finding comes before those it
 #: hides.
 SUPERSEDES = {"bucket_cap_too_large": ("no_overlap",),
-              "no_overlap": ("exposed_tail", "comm_bound"),
+              "no_overlap": ("exposed_tail", "comm_bound", "bucket_cap_too_small"),
               "comm_bound": ("grad_accum_opportunity", "exposed_tail"),
               "bucket_cap_too_small": ("latency_bound",)}
 

@@ -12,7 +12,10 @@ ranks' ``ProfilerStep``s, matched by name):
 * ``late_rank[s]``: the rank the others' waiting in step s was most for;
 * ``waited_ms[r, s]``: rank r's waiting for it in step s;
 * ``caused_ms[N]``: the others' mean waiting for rank N per step, over the analyzed steps:
-  what rank N costs the others' steps.
+  what rank N costs the others' steps; ``held_ms[N]`` the same with the waits compute hides
+  (the wall time the others sat in collectives for rank N): on CPU ranks sharing cores, a
+  rank that waits beside its own compute slows that compute, so its wait costs it more than
+  its exposed part.
 
 What a rank L spends the time on, against the other ranks (their median), comes from each
 rank's steps cut into parts (``analysis.parts``) and its ops by name and shape (self time and
@@ -37,7 +40,8 @@ import numpy as np
 from ..analysis.parts import IDLE, PartKey, RankParts
 from ..analysis.results import RankResult
 from ..diff.profile import waiting_moved
-from ..metrics.waits import call_waits
+from ..metrics import intervals as iv
+from ..metrics.waits import CallWaits, call_waits
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,10 @@ class Lateness:
     late_rank: list[int | None]         # per step: the rank the others waited for most
     waited_ms: np.ndarray               # (ranks, steps): each one's waiting for late_rank
     caused_ms: dict[int, float]         # per rank: the others' mean waiting for it per step
+    held_ms: dict[int, float]           # ... with the waits compute hides
+    #: per rank: its own exposed waiting for any other rank, mean per step (what of its
+    #: exposed communication is waiting, not transfer)
+    exposed_wait_ms: dict[int, float]
 
     def others_wait_ms(self, step: int) -> float:
         """The mean waiting, in ``step``, of the ranks other than its late rank."""
@@ -99,6 +107,7 @@ def lateness(ranks: Sequence[RankResult]) -> Lateness | None:
     if len(ranks) < 2 or not steps:
         return None
     order = sorted(r.rank for r in ranks)
+    row = {rank: k for k, rank in enumerate(order)}
     waits = call_waits({r.rank: r.calls for r in ranks})
     # waiting[k, s, j]: rank order[k]'s waiting for rank order[j] in step s (ms)
     waiting = np.zeros((len(order), len(steps), len(order)))
@@ -109,19 +118,51 @@ def lateness(ranks: Sequence[RankResult]) -> Lateness | None:
         for j, late in enumerate(order):
             key = PartKey("waiting", f"rank {late}")
             if key in parts:
-                waiting[order.index(rank.rank), :, j] = part_us[parts.index(key), columns] / 1e3
+                waiting[row[rank.rank], :, j] = part_us[parts.index(key), columns] / 1e3
     others = waiting.sum(axis=0)                        # (steps, late rank)
     late_rank: list[int | None] = [order[int(np.argmax(others[s]))] if others[s].any()
                                    else None for s in range(len(steps))]
     waited = np.zeros((len(order), len(steps)))
     for s, late_one in enumerate(late_rank):
         if late_one is not None:
-            waited[:, s] = waiting[:, s, order.index(late_one)]
+            waited[:, s] = waiting[:, s, row[late_one]]
     caused = {rank_id: float(others[:, j].mean()) / (len(order) - 1)
               for j, rank_id in enumerate(order)}
     step_ms = float(np.mean([np.mean(r.parts.step_us) for r in ranks
                              if r.parts is not None])) / 1e3
-    return Lateness(steps, step_ms, order, late_rank, waited, caused)
+    return Lateness(steps, step_ms, order, late_rank, waited, caused,
+                    _held({r.rank: r for r in ranks}, waits, order, len(steps)),
+                    {rank: float(waiting[k].sum(axis=1).mean()) for k, rank in enumerate(order)})
+
+
+_LAST: list[tuple[Sequence[RankResult], Lateness | None]] = []
+
+
+def run_lateness(ranks: Sequence[RankResult]) -> Lateness | None:
+    """``lateness(ranks)``, made once for the run whose ranks these are (several rules read
+    it; ``findings`` draws one run's findings at a time)."""
+    if _LAST and _LAST[0][0] is ranks:
+        return _LAST[0][1]
+    found = lateness(ranks)
+    _LAST[:] = [(ranks, found)]
+    return found
+
+
+def _held(by_rank: dict[int, RankResult], waits: dict[int, CallWaits], order: list[int],
+          steps: int) -> dict[int, float]:
+    """Per rank N: the others' mean wall time per step sitting in collectives for rank N (the
+    union of their waits for it, hidden by compute or not)."""
+    held = {}
+    for late in order:
+        total = 0.0
+        for rank, found in waits.items():
+            mine = found.late_rank == late
+            if rank == late or not mine.any():
+                continue
+            starts = by_rank[rank].calls.start_us[found.index[mine]]
+            total += iv.length(iv.union(starts, starts + found.wait_us[mine])) / 1e3
+        held[late] = total / max(len(order) - 1, 1) / steps
+    return held
 
 
 @dataclass(frozen=True)

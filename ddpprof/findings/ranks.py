@@ -21,13 +21,14 @@ host gaps and idle time), and the confidence falls when that share is small.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 from ..analysis.results import RunResult
-from .lateness import Excess, Lateness, excess, lateness
-from .model import HIGH_PCT, CapAdvice, Evidence, Finding, finding
+from .lateness import Excess, Lateness, excess, run_lateness
+from .model import CapAdvice, Evidence, Finding, finding
 
 # Thresholds, named as docs/findings.md names them.
-SLOW_RANK_SHARE = 0.10   # the others wait at least this share of the step (mean per step) ...
+SLOW_RANK_SHARE = 0.10   # a rank costs the others at least this share of the step ...
 STEP_WAIT_SHARE = 0.05   # ... a step counts as one of waiting from this share of it ...
 FIXED_SHARE = 2 / 3      # ... and one rank is waited for in at least this share of those steps
 EXPLAINED = 0.5          # causes are named when their time is at least this share of the wait
@@ -51,7 +52,7 @@ def slow_rank(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     """The rank the others wait for, and why; or that the rank they wait for moves."""
     if len(run.ranks) < 2:
         return None
-    late = lateness(run.ranks)
+    late = run_lateness(run.ranks)
     if late is None or late.culprit is None:
         return _compute_skew(run) if run.slowest_rank is None else None
     step = late.step_ms
@@ -59,17 +60,36 @@ def slow_rank(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     culprit = late.culprit
     if not waiting or late.late_steps(culprit, STEP_WAIT_SHARE * step) < FIXED_SHARE * waiting:
         return _rotating(run, late, waiting)
-    if late.caused_ms[culprit] < SLOW_RANK_SHARE * step:
-        return None
     found = excess(run.ranks, culprit, late.steps)
+    if cost_ms(late, culprit, found) < SLOW_RANK_SHARE * step:
+        return None
     return _diagnosed(run, late, culprit, waiting, found)
 
 
-def _common_evidence(late: Lateness, rank: int, waiting: int) -> list[Evidence]:
-    wait = late.caused_ms[rank]
+def _causes(found: Excess | None) -> dict[str, float]:
+    """What each cause explains of a rank's lateness, ms per step (none negative)."""
+    if found is None:
+        return {}
+    return {"slow_rank_compute": max(found.extra_work_ms, 0.0),
+            "slow_rank_contended": max(found.slower_ms, 0.0),
+            "slow_rank_untraced": max(found.untraced_ms, 0.0)}
+
+
+def cost_ms(late: Lateness, rank: int, found: Excess | None) -> float:
+    """What rank ``rank`` costs the others' steps, ms per step: their exposed waiting for it,
+    or, where more, what it spends beyond them (its causes' time) up to the time they sat in
+    collectives for it. On ranks sharing cores a wait hidden behind compute slows that
+    compute: the exposed part alone would miss it."""
+    explained = sum(_causes(found).values())
+    return max(late.caused_ms[rank], min(explained, late.held_ms[rank]))
+
+
+def _common_evidence(late: Lateness, rank: int, waiting: int, cost: float) -> list[Evidence]:
     return [Evidence("rank", rank),
-            Evidence("others_waiting_ms_per_step", round(wait, 3), "ms"),
-            Evidence("share_of_step", round(100 * wait / late.step_ms, 1), "%"),
+            Evidence("cost_ms_per_step", round(cost, 3), "ms"),
+            Evidence("share_of_step", round(100 * cost / late.step_ms, 1), "%"),
+            Evidence("others_waiting_ms_per_step", round(late.caused_ms[rank], 3), "ms"),
+            Evidence("others_in_collectives_ms_per_step", round(late.held_ms[rank], 3), "ms"),
             Evidence("steps_waited_for", late.late_steps(rank, STEP_WAIT_SHARE * late.step_ms)),
             Evidence("steps_with_waiting", waiting),
             Evidence("steps_analyzed", len(late.steps)),
@@ -78,17 +98,16 @@ def _common_evidence(late: Lateness, rank: int, waiting: int) -> list[Evidence]:
 
 def _diagnosed(run: RunResult, late: Lateness, rank: int, waiting: int,
                found: Excess | None) -> Finding:
-    wait, step = late.caused_ms[rank], late.step_ms
+    wait, step = cost_ms(late, rank, found), late.step_ms
     share = wait / step
     steps = late.late_steps(rank, STEP_WAIT_SHARE * step)
-    evidence = _common_evidence(late, rank, waiting)
-    causes = {} if found is None else {
-        "slow_rank_compute": max(found.extra_work_ms, 0.0),
-        "slow_rank_contended": max(found.slower_ms, 0.0),
-        "slow_rank_untraced": max(found.untraced_ms, 0.0)}
+    evidence = _common_evidence(late, rank, waiting, wait)
+    causes = _causes(found)
     ranked = sorted(causes.items(), key=lambda kv: -kv[1])
-    when = (f"the others wait {wait:.3g} ms per step for it ({100 * share:.0f}% of the step; "
-            f"it arrived last in {steps} of the {waiting} steps with waiting)")
+    when = (f"it costs the others {wait:.3g} ms per step ({100 * share:.0f}% of the step: "
+            f"they wait {late.caused_ms[rank]:.3g} ms for it with nothing else to do, and sit "
+            f"{late.held_ms[rank]:.3g} ms in collectives for it in all; it arrived last in "
+            f"{steps} of the {waiting} steps with waiting)")
     if found is not None:
         evidence += [Evidence("extra_work_ms_per_step", round(found.extra_work_ms, 3), "ms"),
                      Evidence("extra_calls_per_step", round(found.extra_calls_per_step, 1)),
@@ -98,12 +117,12 @@ def _diagnosed(run: RunResult, late: Lateness, rank: int, waiting: int,
                      Evidence("untraced_ms_per_step", round(found.untraced_ms, 3), "ms")]
     explained = sum(causes.values())
     if not ranked or explained < EXPLAINED * wait:
-        return finding(
+        return _not_high_unless_sure(finding(
             run, "straggler", share,
             f"rank {rank} arrives last at collectives: {when}. What it does beyond the others "
             f"({explained:.3g} ms per step) explains less than half of it: look at "
             "what it does before communicating (its data, its load, its device).",
-            evidence, 100 * share, rank=rank, confidence="low")
+            evidence, 100 * share, rank=rank, confidence="low"))
     assert found is not None
     code, top_ms = ranked[0]
     alternatives = tuple(c for c, ms in ranked[1:] if ms >= COMPARABLE * top_ms)
@@ -120,15 +139,16 @@ def _diagnosed(run: RunResult, late: Lateness, rank: int, waiting: int,
         what += (f". Or {' and '.join(CAUSES[c] for c in alternatives)}: the trace shows "
                  f"{_numbers(code, found)} and {_numbers(alternatives[0], found)}, not which "
                  "matters most")
-    finding_ = finding(run, code, share, f"{what}: {when}. {_remedy(code)}", evidence,
-                       100 * share, rank=rank, alternatives=alternatives,
-                       confidence=confidence)
-    if confidence == "low" and finding_.severity == "high":
-        # a finding this unsure is not high, whatever its size
-        return finding(run, code, min(share, (HIGH_PCT - 1) / 100), finding_.message,
-                       evidence, min(100 * share, HIGH_PCT - 1), rank=rank,
-                       alternatives=alternatives, confidence=confidence)
-    return finding_
+    found_ = finding(run, code, share, f"{what}: {when}. {_remedy(code)}", evidence,
+                     100 * share, rank=rank, alternatives=alternatives, confidence=confidence)
+    return _not_high_unless_sure(found_)
+
+
+def _not_high_unless_sure(found: Finding) -> Finding:
+    """A finding of low confidence is medium at most, whatever its size."""
+    if found.confidence == "low" and found.severity == "high":
+        return replace(found, severity="medium")
+    return found
 
 
 #: Where each cause's time lies on the critical path (``graph.path``'s categories).
@@ -211,7 +231,7 @@ def _rotating(run: RunResult, late: Lateness, waiting: int) -> Finding | None:
     counts = {r: late.late_steps(r, threshold) for r in late.ranks}
     listed = ", ".join(f"rank {r} in {k}" for r, k in counts.items() if k)
     share = wait / step
-    return finding(
+    return _not_high_unless_sure(finding(
         run, "rotating_straggler", share,
         f"the rank the others wait for changes from step to step ({listed} of the "
         f"{waiting} steps with waiting): they wait {wait:.3g} ms per step "
@@ -224,7 +244,7 @@ def _rotating(run: RunResult, late: Lateness, waiting: int) -> Finding | None:
          Evidence("steps_analyzed", len(late.steps)),
          Evidence("others_waiting_ms_per_step", round(wait, 3), "ms"),
          Evidence("share_of_step", round(100 * share, 1), "%")], 100 * share,
-        confidence="medium" if waiting >= 3 else "low")
+        confidence="medium" if waiting >= 3 else "low"))
 
 
 def _compute_skew(run: RunResult) -> Finding | None:
@@ -235,10 +255,10 @@ def _compute_skew(run: RunResult) -> Finding | None:
     if spread < COMPUTE_SKEW_PP:
         return None
     top = max(compute, key=compute.__getitem__)
-    return finding(run, "straggler", spread / 100,
-                   f"rank {top} computes {spread:.1f} points more of the window than the "
-                   "least busy rank: the others wait for it at every collective (the "
-                   "collectives could not be matched across ranks to measure it).",
-                   [Evidence("rank", top),
-                    Evidence("compute_pct_spread", round(spread, 2), "pp")], rank=top,
-                   confidence="low")
+    return _not_high_unless_sure(finding(
+        run, "straggler", spread / 100,
+        f"rank {top} computes {spread:.1f} points more of the window than the least busy "
+        "rank: the others wait for it at every collective (the collectives could not be "
+        "matched across ranks to measure it).",
+        [Evidence("rank", top), Evidence("compute_pct_spread", round(spread, 2), "pp")],
+        rank=top, confidence="low"))

@@ -13,6 +13,7 @@ from ..analysis.group_rows import group_rows
 from ..analysis.parts import PartKey
 from ..analysis.results import RankResult, RunResult
 from ..analysis.rows import run_row
+from ..metrics.dispatch import SHORT_OP_US
 from ..trace.classify import OPTIMIZER_CATEGORY
 from ..units import MIB
 from .model import (
@@ -38,8 +39,7 @@ BELOW_HALF_BANDWIDTH = 0.25      # ... of a mean size below this fraction of the
 TAIL_SHARE = 0.10                # exposed_tail: last bucket exposed for ≥ this share of the step
 MANY_BUCKETS = 6                 # bucket_cap_too_small: at least this many buckets per step ...
 COMM_BOUND_SHARE = 0.20          # comm_bound: exposed communication ≥ this share of the step ...
-SHORT_OP_US = 20.0               # host_bound (CPU): ops shorter than this (mean self time) ...
-TINY_OPS_SHARE = 0.15            # ... take at least this share of the step
+TINY_OPS_SHARE = 0.15            # host_bound (CPU): stretches of tiny ops ≥ this of the step
 NO_OVERLAP_PCT = 5.0             # no_overlap: overlap below this ...
 EXPOSED_PCT = 5.0                # ... while exposed communication is at least this % of the window
 HOST_BOUND_IDLE_PCT = 20.0       # host_bound: device idle at least this % of the window ...
@@ -94,7 +94,7 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
     when = (f"starts {100 * lateness:.0f}% into backward, so little can overlap" if lateness < 1
             else "starts only after backward's last gradient, so none of it overlaps backward")
     return finding(
-        run, "bucket_cap_too_large", exposed_share(rank),
+        run, "bucket_cap_too_large", exposed_share(run, rank),
         f"{len(timeline.buckets)} bucket(s) for {mib(total)} of gradients: the first gradient "
         f"reduction {when}. {remedy}.",
         [Evidence("buckets_per_step", len(timeline.buckets)),
@@ -128,7 +128,7 @@ def bucket_cap_too_small(run: RunResult, advice: CapAdvice | None) -> Finding | 
                  f"MiB against {replay.current_step_ms:.1f} ms now")
     remedy = (f"Make the gradient buckets larger (DDP's bucket_cap_mb={cap:g})"
               if foreign(run) else f"Use --bucket-cap-mib {cap:g}")
-    share = exposed_share(rank)
+    share = exposed_share(run, rank)
     return finding(
         run, "bucket_cap_too_small", share,
         f"{len(timeline.buckets)} gradient buckets per step of {mib(mean)} on average, below "
@@ -162,7 +162,7 @@ def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
                   "--bucket-cap-mib)" if sharded(run) else "bucket gradients together "
                   "(bucket_ddp_async or pytorch_ddp, or a larger --bucket-cap-mib)")
     return finding(
-        run, "latency_bound", exposed_share(rank),
+        run, "latency_bound", exposed_share(run, rank),
         f"{per_step:.0f} collectives per step of {mib(mean)} on average, {half / mean:.0f}× "
         f"below the {mib(half)} at which a call spends as long moving bytes as on latency: "
         f"{remedy}, so that each call carries more.",
@@ -195,8 +195,8 @@ def exposed_tail(run: RunResult, advice: CapAdvice | None) -> Finding | None:
 def no_overlap(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     """Communication is blocking: none of it hides behind compute (on the rank the others wait
     for: the others' collectives also hold their wait for it)."""
-    b = reference_rank(run).breakdown
-    overlap, exposed = b.overlap_pct, b.comm_overhead_pct
+    rank = reference_rank(run)
+    overlap, exposed = rank.breakdown.overlap_pct, 100 * exposed_share(run, rank)
     if overlap is None or overlap >= NO_OVERLAP_PCT or exposed < EXPOSED_PCT:
         return None
     if foreign(run):
@@ -229,9 +229,10 @@ def comm_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     if not rank.collectives or not b.window_us:
         return None
     steps = max(rank.steps, 1)
-    comm_ms, compute_ms = b.comm_us / 1e3 / steps, b.compute_us / 1e3 / steps
+    waited = rank.wait.wait_us if rank.wait is not None else 0.0
+    comm_ms, compute_ms = (b.comm_us - waited) / 1e3 / steps, b.compute_us / 1e3 / steps
     work_ms = compute_ms - _optimizer_ms(rank)
-    share = b.exposed_comm_us / b.window_us
+    share = exposed_share(run, rank)
     if comm_ms < work_ms or share < COMM_BOUND_SHARE:
         return None
     moved = sum(s for s in rank.calls.size_bytes if s is not None) / steps
@@ -285,34 +286,35 @@ def host_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
 
 
 def _tiny_ops(run: RunResult) -> Finding | None:
-    """CPU ranks: per step, the ops and their self time (``analysis.parts``), mean over ranks."""
-    per_rank = []
+    """CPU ranks: the time in stretches of tiny ops (``metrics.dispatch``: at least 20 ops in
+    a row, each shorter than 20 µs, the gaps between them included), share of the step, mean
+    over the ranks; and the tiny ops by name from the steps' parts."""
+    shares, calls, tiny_calls = [], [], []
     for rank in run.ranks:
-        parts = rank.parts
-        if parts is None or not parts.step_names:
+        parts, host = rank.parts, rank.host
+        if parts is None or host is None or host.tiny_op_stretch_us is None \
+                or not rank.breakdown.window_us or not parts.step_names:
             return None
-        steps, step_us = len(parts.step_names), float(parts.step_us.mean())
+        shares.append(host.tiny_op_stretch_us / rank.breakdown.window_us)
         compute = [i for i in parts.items if parts.parts[i.part].group == "compute"]
-        tiny = [i for i in compute if i.us < SHORT_OP_US * i.calls]
-        per_rank.append((sum(i.calls for i in compute) / steps, sum(i.calls for i in tiny) / steps,
-                         sum(i.us for i in tiny) / steps / 1e3, step_us / 1e3,
-                         float(parts.part_us[0].mean()) / 1e3))
-    calls, tiny_calls, tiny_ms, step, idle_ms = (statistics.fmean(column)
-                                                 for column in zip(*per_rank, strict=True))
-    share = tiny_ms / step if step else 0.0
+        steps = len(parts.step_names)
+        calls.append(sum(i.calls for i in compute) / steps)
+        tiny_calls.append(sum(i.calls for i in compute if i.us < SHORT_OP_US * i.calls) / steps)
+    share, step = statistics.fmean(shares), run_step_ms(run)
     if share < TINY_OPS_SHARE:
         return None
     return finding(
         run, "host_bound", share,
-        f"{tiny_calls:.0f} of the {calls:.0f} op calls per step take under {SHORT_OP_US:g} µs "
-        f"each, {tiny_ms:.1f} ms of the {step:.1f} ms step ({100 * share:.0f}%), with "
-        f"{idle_ms:.1f} ms more between ops where nothing traced runs: the step is spent "
-        "dispatching tiny ops, not computing. Fewer, larger ops (torch.compile, vectorised "
-        "code, larger tensors per op) cut it.",
-        [Evidence("op_calls_per_step", round(calls)),
-         Evidence("tiny_op_calls_per_step", round(tiny_calls)),
-         Evidence("tiny_op_ms_per_step", round(tiny_ms, 3), "ms"),
-         Evidence("untraced_ms_per_step", round(idle_ms, 3), "ms"),
+        f"{statistics.fmean(tiny_calls):.0f} of the {statistics.fmean(calls):.0f} op calls per "
+        f"step take under {SHORT_OP_US:g} µs each, and the stretches where such ops follow one "
+        f"another take {share * step:.3g} ms of the {step:.3g} ms step ({100 * share:.0f}%, "
+        "the gaps between them included): the step is spent dispatching tiny ops, not "
+        "computing. Fewer, larger ops (torch.compile, vectorised code, larger tensors per op) "
+        "cut it.",
+        [Evidence("op_calls_per_step", round(statistics.fmean(calls))),
+         Evidence("tiny_op_calls_per_step", round(statistics.fmean(tiny_calls))),
+         Evidence("tiny_op_stretches_ms_per_step", round(share * step, 3), "ms"),
+         Evidence("share_of_step", round(100 * share, 2), "%"),
          Evidence("step_ms", round(step, 3), "ms")])
 
 
@@ -338,7 +340,7 @@ def grad_accum_opportunity(run: RunResult, advice: CapAdvice | None) -> Finding 
     rank = reference_rank(run)
     if row.grad_accum not in (None, 1) or not rank.collectives:
         return None
-    exposed, compute = rank.breakdown.comm_overhead_pct, rank.breakdown.compute_pct
+    exposed, compute = 100 * exposed_share(run, rank), rank.breakdown.compute_pct
     if exposed < ACCUMULATION_EXPOSED_PCT or exposed < compute:
         return None
     gain = exposed / 2
