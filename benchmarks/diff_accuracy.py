@@ -18,7 +18,10 @@ Then, with the prior fitted on ``tune`` only, it reports:
 
 * false positives: the share of pairs of ``base`` recordings (every pair; also of ``delay``
   and of ``cap``) that ``diff`` calls a significant change, one recording a side, and for
-  100 random draws of two disjoint triples of ``base`` recordings, three a side;
+  100 random draws of two disjoint triples of ``base`` recordings, three a side; each with the
+  prior (these recordings are recorded like it), and without it, as ``diff`` judges runs not
+  recorded like the prior (a GPU job): one a side on the steps' scatter alone, three a side
+  on the repeats' spread;
 * each ``base`` × ``delayMS`` pair (and 100 draws of three recordings a side): the step's
   change, whether it is detected, whether the first part named is the cause, the change
   attributed to the cause (waiting for rank 1 plus the injected span's item) and its error
@@ -177,18 +180,23 @@ def main() -> int:
         pairs = list(itertools.combinations(profiles[name], 2))
         flags = [diff_pair([a], [b], level, noise).verdict == "significant change"
                  for a, b in pairs]
+        steps_only = [diff_pair([a], [b], level, None).verdict == "significant change"
+                      for a, b in pairs]
         steps = [p.step_ms for p in profiles[name]]
-        print(f"false positives, {name} vs {name}, one recording a side: {rate(flags)} "
+        print(f"false positives, {name} vs {name}, one recording a side: {rate(flags)}; "
+              f"without the prior (the steps' scatter only): {rate(steps_only)} "
               f"(step {statistics.median(steps):.2f} ms, {min(steps):.2f}-{max(steps):.2f})")
     rng = random.Random(0)
     base = profiles["base"]
-    triples = []
+    triples, repeats_only = [], []
     for _ in range(DRAWS):
         chosen = rng.sample(base, 6)
-        triples.append(diff_pair(chosen[:3], chosen[3:], level, noise).verdict
-                       == "significant change")
+        for found, prior in ((triples, noise), (repeats_only, None)):
+            found.append(diff_pair(chosen[:3], chosen[3:], level, prior).verdict
+                         == "significant change")
     print(f"false positives, base, three recordings a side ({DRAWS} random disjoint splits): "
-          f"{rate(triples)}")
+          f"{rate(triples)}; without the prior (the repeats' spread only): "
+          f"{rate(repeats_only)}")
     for kind in [f"delay{ms:g}" for ms in args.delay_ms] + ["cap"]:
         delay = float(kind.removeprefix("delay")) if kind.startswith("delay") else None
         known_change(base, profiles[kind], kind, delay, noise, level, rng)

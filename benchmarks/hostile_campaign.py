@@ -173,9 +173,11 @@ def judge(attempt: Attempt, result: subprocess.CompletedProcess, stderr: str, fo
 
 
 def all_cases() -> list[Case]:
+    import hostile_cases_bounds
     import hostile_cases_reads
     import hostile_cases_writes
-    return [*hostile_cases_writes.cases(), *hostile_cases_reads.cases()]
+    return [*hostile_cases_writes.cases(), *hostile_cases_reads.cases(),
+            *hostile_cases_bounds.cases()]
 
 
 def main() -> None:

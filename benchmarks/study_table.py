@@ -60,7 +60,7 @@ def main() -> None:
         name = run["run"]
         print(f"| `{variant}` | {cell(run['compute_pct'])} | {cell(run['non_compute_pct'])} | "
               f"{cell(run['idle_pct'])} | {cell(run['overlap_pct'])} | "
-              f"{cell(run['comm_overhead_pct'])} | {cell(run['all_reduce_calls_per_step'], 0)} "
+              f"{cell(run['exposed_comm_pct'])} | {cell(run['all_reduce_calls_per_step'], 0)} "
               f"| {cell(run['all_reduce_ms_per_step'])} | {cell(steps.get(variant), 0)} | "
               f"{reference_text} | {', '.join(findings.get(name, [])) or 'none'} |")
 

@@ -16,7 +16,7 @@ from .errors import RunFailed, UsageError
 from .manifest import StepRecord
 from .progress import Progress
 from .record.launcher import Recording, RunOutcome, record
-from .report.table import Column, columns
+from .report.table import columns
 from .variants import VARIANTS
 
 #: (model, variant, process count)
@@ -79,9 +79,8 @@ class BenchRow:
     profiler_overhead: float | None     # median profiled step / median unprofiled step
 
 
-COLUMNS = [*columns("model", "variant", "nproc"), Column("step_ms_median", "step_ms"),
-           *columns("samples_per_s", "speedup", "efficiency", "comm_ms"),
-           Column("profiler_overhead", "prof_overhead"),
+COLUMNS = [*columns("model", "variant", "nproc", "step_ms_median", "samples_per_s",
+                   "speedup", "efficiency", "comm_ms", "profiler_overhead"),
            *columns(wide=("step_ms_min", "epoch_s", "amdahl_f", "amdahl_ceiling"))]
 
 

@@ -22,6 +22,7 @@ read as they are.
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import stat
 import statistics
@@ -38,7 +39,7 @@ from .manifest import Owner, now_iso, owner_is_gone, validation_problem
 from .metrics.comm import BUS_FACTOR
 from .metrics.cost import CostModel, fit_cost, measured_curve, traffic_bytes
 from .metrics.tax import OverlapTax
-from .options import MAX_BANDWIDTH_GBPS, MAX_LATENCY_US, MIN_BANDWIDTH_GBPS
+from .options import MAX_BANDWIDTH_GBPS, MAX_LATENCY_US, MAX_RANKS, MIN_BANDWIDTH_GBPS
 from .record.config import Launch
 from .report.table import columns
 from .run_folder import RunFolder
@@ -85,13 +86,22 @@ class Machine(msgspec.Struct, kw_only=True):
     threads_per_rank: int
 
 
+#: The most sizes one sweep measures (4 KiB to 256 MiB by a factor of 2 is 17).
+MAX_SWEEP_SIZES = 256
+#: What a point of a calibration read back may hold: a size of at most 1 PiB, times of at
+#: most 10¹² µs (11 days), bandwidths of at most 10⁶ GB/s, each finite and not negative.
+PointBytes = Annotated[int, msgspec.Meta(ge=1, le=2**50)]
+PointUs = Annotated[float, msgspec.Meta(ge=0, le=1e12)]
+PointGbps = Annotated[float, msgspec.Meta(ge=0, le=MAX_BANDWIDTH_GBPS)]
+
+
 class SweepPoint(msgspec.Struct, kw_only=True):
-    size_bytes: int
-    time_us: float                      # median over the timed calls
-    time_min_us: float
-    time_max_us: float
-    algbw_gbps: float                   # size / time, 10⁹ bytes per second
-    busbw_gbps: float                   # algbw × 2(N−1)/N
+    size_bytes: PointBytes
+    time_us: PointUs                    # median over the timed calls
+    time_min_us: PointUs
+    time_max_us: PointUs
+    algbw_gbps: PointGbps               # size / time, 10⁹ bytes per second
+    busbw_gbps: PointGbps               # algbw × 2(N−1)/N
 
 
 class Fit(msgspec.Struct, kw_only=True):
@@ -117,18 +127,19 @@ class Calibration(msgspec.Struct, kw_only=True):
     error: str | None = None
     collective: str = "all_reduce"
     backend: str | None = None
-    world_size: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    nproc_per_node: int | None = None
-    nnodes: int | None = None
-    warmup_iters: int | None = None
-    iters: int | None = None
+    world_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_RANKS)] | None = None
+    nproc_per_node: Annotated[int, msgspec.Meta(ge=1, le=MAX_RANKS)] | None = None
+    nnodes: Annotated[int, msgspec.Meta(ge=1, le=MAX_RANKS)] | None = None
+    warmup_iters: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    iters: Annotated[int, msgspec.Meta(ge=0)] | None = None
     machine: Machine | None = None
     torch_version: str | None = None
     started: str | None = None
     finished: str | None = None
     owner: Owner | None = None
     fit: Fit | None = None
-    points: list[SweepPoint] = msgspec.field(default_factory=list)
+    points: Annotated[list[SweepPoint], msgspec.Meta(max_length=MAX_SWEEP_SIZES)] = \
+        msgspec.field(default_factory=list)
     overlap_tax: TaxCalibration | None = None
 
     def cost_model(self, source: str) -> CostModel:
@@ -144,11 +155,17 @@ class Calibration(msgspec.Struct, kw_only=True):
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: float = 2.0) -> list[int]:
-    """``min_bytes``, × ``factor``, ... up to ``max_bytes``, each a whole number of float32s."""
+    """``min_bytes``, × ``factor``, ... up to ``max_bytes``, each a whole number of float32s;
+    at most :data:`MAX_SWEEP_SIZES` of them, counted before any is listed."""
     if max_bytes < min_bytes:
         raise UsageError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes}")
     if factor <= 1:
         raise UsageError(f"--step-factor {factor:g} must be above 1")
+    count = math.floor(math.log(max_bytes / min_bytes) / math.log(factor) + 1e-9) + 1
+    if count > MAX_SWEEP_SIZES:
+        raise UsageError(f"--step-factor {factor:g} from --min-bytes {min_bytes} to --max-bytes "
+                         f"{max_bytes} makes {count:,} sizes, more than {MAX_SWEEP_SIZES}: take "
+                         "a larger factor or a narrower range")
     sizes, size = [], float(min_bytes)
     while size <= max_bytes * (1 + 1e-9):
         sizes.append(max(4, int(size) // 4 * 4))
@@ -228,7 +245,9 @@ def tax_from(run_path: Path) -> TaxCalibration:
         problems = [*analysis.errors, *analysis.unfinished]
         problem = problems[0] if problems else None
         raise UsageError(f"--tax-from {run_path}: " + (
-            problem.error if problem else f"{len(analysis.runs)} runs found; give one"))
+            problem.error if problem else f"{len(analysis.runs)} runs found "
+            f"({', '.join(run.name for run in analysis.runs[:5])}"
+            f"{' ...' if len(analysis.runs) > 5 else ''}); give one of them"))
     run = analysis.runs[0]
     tax = run.overlap_tax
     if tax is None or (tax.pct("compute") is None and tax.pct("communication") is None):

@@ -50,7 +50,7 @@ def run(command: str, *args: Any, outputs: Outputs, **kwargs: Any) -> None:
         sys.exit(output.exit_code)
 
 
-@click.group(cls=Commands)
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ddpprof")
 def cli() -> None:
     """Record PyTorch data-parallel training under torch.profiler and measure its overlap:
@@ -59,7 +59,7 @@ def cli() -> None:
 
 @cli.command(epilog="\n\n".join(["Variants (--variant):", *help_text(), exits("a run failed")]))
 @o.variant_option("bucket_ddp_async")
-@o.model_option("mlp-large", "Any name with --model-path. ")
+@o.model_option("mlp-small", "Any name with --model-path. ")
 @o.nproc_option("2")
 @o.bucket_cap_option(f"{DEFAULT_BUCKET_CAP_MIB:g}", "Gradient bucket size in MiB (variants "
                      "with buckets).")
@@ -122,15 +122,16 @@ def critical_path(**kwargs: Any) -> None:
            progress=True)
 def diff(**kwargs: Any) -> None:
     """Why B's step differs from A's: the change split into parts that add up to it, each
-    against the run-to-run noise, and what moved inside them. A and B are what `ddpprof
-    analyze` takes, or its --json files (docs/diff.md)."""
+    against the noise of the runs (their repeats, their steps, or the CPU prior for runs
+    recorded like it), and what moved inside them. A and B are what `ddpprof analyze` takes,
+    or its --json files (docs/diff.md)."""
     run("diff", **kwargs)
 
 
 @cli.command(epilog=exits("a rule is broken (a regression)"))
 @click.argument("current", type=o.FOLDER)
 @g.gate_options()
-@o.outputs("the verdicts")
+@o.outputs("the verdicts", progress=True)
 def gate(**kwargs: Any) -> None:
     """Fail (exit 1) when a metric of CURRENT breaks a rule against the baseline.
 
@@ -140,6 +141,20 @@ def gate(**kwargs: Any) -> None:
     run("gate", **kwargs)
 
 
+@cli.command(epilog=exits("the dumps show no hang"))
+@click.argument("path", metavar="RUN_OR_DUMPS", type=click.Path(path_type=Path))
+@o.outputs("the diagnosis", progress=True)
+def hang(**kwargs: Any) -> None:
+    """Why a job hung: the first collective its ranks did not all reach alike, the ranks to
+    blame and what each did instead, and where in the code, from Flight Recorder dumps.
+
+    RUN_OR_DUMPS is a run folder `ddpprof record` wrote (its dumps are in fr/), a folder of
+    PyTorch's Flight Recorder dumps (pickle or JSON, named <prefix><rank>), or that prefix
+    (TORCH_FR_DUMP_TEMP_FILE). Exit 0 with a diagnosis.
+    """
+    run("hang", **kwargs)
+
+
 @cli.command(epilog=exits(""))
 @click.argument("run_path", metavar="RUN", type=o.FOLDER)
 @o.bucket_cap_option(o.WHAT_IF_CAPS_MIB, "Bucket sizes to predict, in MiB.")
@@ -147,7 +162,8 @@ def gate(**kwargs: Any) -> None:
 @g.edit_options("all apply to every row")
 @g.cost_model_options()
 @o.keep_last_step_option()
-@o.outputs("the predictions, the cost model and the notes", html="simulate")
+@o.outputs("the predictions, the cost model and the notes", html="<run>-simulate",
+           progress=True)
 def simulate(**kwargs: Any) -> None:
     """Predict step time, exposed communication, overlap and scaling efficiency of a recorded
     run's own configuration and of other bucket sizes and world sizes, by replaying its
@@ -203,7 +219,7 @@ def bench(**kwargs: Any) -> None:
 @click.argument("run_paths", metavar="[RUN]...", nargs=-1, type=o.FOLDER)
 @o.model_option(None, "Parameters counted from its definition. ")
 @g.memory_options()
-@o.outputs("the estimates, or each run's ranks beside its estimate")
+@o.outputs("the estimates, or each run's ranks beside its estimate", progress=True)
 def memory(run_paths: tuple[Path, ...], **kwargs: Any) -> None:
     """Bytes per rank for DDP and ZeRO stages 1-3 (parameters, gradients, optimizer state) and
     communication per step, for --model or --model-path at --world-size; or, for recorded RUN
@@ -221,6 +237,9 @@ def variants(outputs: Outputs) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input is one line on stderr and exit 2; a failed run is one line and
     exit 1; a signal that stopped a recording is exit 128 + its number."""
+    from .report.ascii import install
+
+    install()       # a stream that cannot encode a rule, an arrow or µ gets ASCII
     try:
         cli.main(args=argv, prog_name="ddpprof", standalone_mode=False)
     except (UsageError, click.UsageError) as error:
@@ -230,6 +249,10 @@ def main(argv: list[str] | None = None) -> None:
     except (RunFailed, click.ClickException) as error:
         _fail(error.format_message() if isinstance(error, click.ClickException) else str(error),
               1)
+    except MemoryError:
+        from .processes import out_of_memory
+
+        _fail(out_of_memory(), 2)
     except click.exceptions.Abort:
         _fail("aborted", 130, prefix="ddpprof: ")
     except BrokenPipeError:
@@ -243,7 +266,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _fail(message: str, code: int, prefix: str = "ddpprof: error: ") -> None:
     # one line, whatever a file name holds (a line break, an escape sequence)
-    click.echo(f"{prefix}{terminal_text(without_secrets(message))}", err=True)
+    # (sys.stderr itself: click's own stderr writes UTF-8 to a stream that cannot take it)
+    click.echo(f"{prefix}{terminal_text(without_secrets(message))}", file=sys.stderr)
     sys.exit(code)
 
 

@@ -14,8 +14,11 @@ import re
 import signal
 from pathlib import Path
 
-#: ``scheme://user:PASSWORD@``: the password of a URL given with its credentials.
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:)[^/@\s]+@")
+#: ``://user:PASSWORD@``: a URL's credentials, found from each ``://`` (its scheme is read
+#: backwards from there: :func:`without_secrets`).
+_CREDENTIALS = re.compile(r"://[^/@\s:]*:([^/@\s]+)@")
+_SCHEME_TAIL = re.compile(r"[A-Za-z0-9+.-]*")
+_LETTER = re.compile(r"[A-Za-z]")
 
 
 class UsageError(Exception):
@@ -72,5 +75,22 @@ def describe_os_error(path: str | os.PathLike[str], error: OSError) -> str:
 
 def without_secrets(text: str) -> str:
     """``text`` with the password of every URL in it written ``***`` (``http://me:***@host``):
-    a message ends up in CI logs and PR comments."""
-    return _URL_PASSWORD.sub(r"\1***@", text)
+    a message ends up in CI logs and PR comments.
+
+    A URL is ``SCHEME://USER:PASSWORD@`` with SCHEME a letter then letters, digits, ``+``,
+    ``-`` or ``.``. Time is linear in ``text`` whatever it holds (a regular expression tried
+    from every position would rescan a long run of letters once per letter): each ``://`` is
+    found once, the scheme read backwards from it, and the credentials forwards from it up to
+    the next ``/``, so no character is read more than a few times."""
+    if "://" not in text:
+        return text
+    reversed_text = text[::-1]
+    pieces, copied = [], 0
+    for found in _CREDENTIALS.finditer(text):
+        at = found.start()
+        run = _SCHEME_TAIL.match(reversed_text, len(text) - at)
+        start = at - (run.end() - run.start() if run else 0)
+        if _LETTER.search(text, start, at):       # a scheme starts with a letter
+            pieces += [text[copied:found.start(1)], "***"]
+            copied = found.end(1)
+    return "".join([*pieces, text[copied:]])

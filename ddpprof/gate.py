@@ -14,7 +14,7 @@ noise of a metric comes from the repeats merged by ``--aggregate median``, and f
 
 Both sides are ``ddpprof analyze --json`` documents (or a trace folder, analyzed on the spot).
 From each run the gate reads ``run``, ``variant``, ``status``, the configuration (``model``,
-``world_size``, ``global_batch``, ``grad_accum``, ``bucket_cap_mb``) and the metrics its rules
+``world_size``, ``global_batch``, ``grad_accum``, ``bucket_cap_mib``) and the metrics its rules
 name. A run's *configuration key* is its variant and that configuration: runs match by name
 when the name is on both sides, else by key, and a matched pair whose known configurations
 differ is an error. ``--aggregate median`` first merges the repeats of each key into one run:
@@ -31,32 +31,26 @@ import math
 import operator
 import re
 import statistics
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
+from .analysis_document import analyzed_runs
 from .errors import UsageError
 from .json_input import read_json_bytes
-from .manifest import validation_problem
-from .report.table import Column
+from .metrics.registry import RENAMED, suggestion
+from .options import ascii_whole, ranks_text
+from .report.table import Column, counted
 
 if TYPE_CHECKING:
     from .diff.noise import RunNoise
     from .diff.profile import RunProfile
 
 DEFAULT_RULE = "overlap_pct >= baseline - 2"
-#: Versions of ``analyze --json`` read: 2, 3 (with ``step_ms`` and each run's profile) and 4
-#: (with ``process_groups``).
-ANALYZE_SCHEMA, ANALYZE_VERSIONS = "ddpprof.analyze", (2, 3, 4)
 #: Statuses a run may have and still be gated; None: no run.json (a foreign trace).
 GATEABLE_STATUSES = ("complete", None)
 _OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
               "==": operator.eq}
-#: The largest integer a float holds without overflow.
-_LARGEST = int(sys.float_info.max)
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _METRIC = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_]+)?(?:\[[^\]]*\])?"
 _RULE = re.compile(rf"^\s*(?P<metric>{_METRIC})\s*(?P<op>>=|<=|==|>|<)\s*"
@@ -70,37 +64,6 @@ _SELECTOR = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\[(?P<selectors>[^\
 
 
 # --- input ---------------------------------------------------------------------------------
-
-class AnalyzedRun(msgspec.Struct, kw_only=True):
-    """The fields of one analyze run row that the gate decodes by schema; the metrics are read
-    by name from the row itself."""
-
-    run: str
-    variant: str | None = None
-    status: str | None = None
-    error: str | None = None
-    model: str | None = None
-    world_size: int | None = None
-    global_batch: int | None = None
-    grad_accum: int | None = None
-    bucket_cap_mb: float | None = None  # MiB
-
-
-class UnfinishedRun(msgspec.Struct, kw_only=True):
-    """A recording analyze listed but did not analyze: it failed or was interrupted."""
-
-    run: str
-    status: str | None = None
-    error: str | None = None
-
-
-class AnalyzeDocument(msgspec.Struct, kw_only=True):
-    schema: str
-    version: int
-    runs: list[dict[str, Any]]
-    unfinished: list[UnfinishedRun] = []
-    findings: list[dict[str, Any]] | None = None
-
 
 #: The findings of each run as metrics of its row, counted by severity from the document's
 #: ``findings``: ``findings_high`` (also written ``findings.high``), ``findings_medium``,
@@ -124,19 +87,19 @@ class ConfigKey:
     world_size: int | None
     global_batch: int | None
     grad_accum: int | None
-    bucket_cap_mb: float | None
+    bucket_cap_mib: float | None
 
     def describe(self) -> str:
-        parts = [self.model, f"{self.world_size} ranks" if self.world_size else None,
+        parts = [self.model, counted(self.world_size, "rank") if self.world_size else None,
                  f"batch {self.global_batch}" if self.global_batch else None,
                  f"accum {self.grad_accum}" if self.grad_accum else None,
-                 f"{self.bucket_cap_mb:g} MiB buckets" if self.bucket_cap_mb else None]
+                 f"{self.bucket_cap_mib:g} MiB buckets" if self.bucket_cap_mib else None]
         return ", ".join(p for p in parts if p)
 
     def differences(self, other: ConfigKey) -> list[str]:
         """Fields known on both sides that differ."""
         names = ("variant", "model", "world_size", "global_batch", "grad_accum",
-                 "bucket_cap_mb")
+                 "bucket_cap_mib")
         return [f"{name} {getattr(self, name)} vs {getattr(other, name)}" for name in names
                 if None not in (getattr(self, name), getattr(other, name))
                 and getattr(self, name) != getattr(other, name)]
@@ -153,9 +116,13 @@ def metric_value(row: dict[str, Any], metric: str, run: str, side: str) -> Any:
     name, rank, group = match["name"], *_selectors(metric, match["selectors"])
     where = f"run {run!r}"
     if rank is not None:
-        ranks = [r for r in row.get("per_rank") or [] if r.get("rank") == rank]
+        rows = [r for r in row.get("per_rank") or [] if isinstance(r, dict)]
+        ranks = [r for r in rows if r.get("rank") == rank]
         if not ranks:
-            raise UsageError(f"{where}: no rank {rank} in the {side} results")
+            there = [r["rank"] for r in rows if isinstance(r.get("rank"), int)]
+            raise UsageError(f"{where}: no rank {rank} in the {side} results (" + (
+                f"its ranks: {ranks_text(there)}" if there else "no rank has a row of its own")
+                + ")")
         row, where = ranks[0], f"{where}, rank {rank},"
     if group is not None:
         groups = [g for g in row.get("process_groups") or [] if isinstance(g, dict)
@@ -165,11 +132,32 @@ def metric_value(row: dict[str, Any], metric: str, run: str, side: str) -> Any:
                              "(analyze --json of version 4 lists them under process_groups)")
         row, where = groups[0], f"{where}, group {group},"
     if name not in row:
-        raise UsageError(f"{where}: no metric {name!r} in the {side} results")
+        name = next((alias for alias in _aliases(name) if alias in row), name)
+    if name not in row:
+        numbers = [k for k, v in row.items() if _is_number(v)]
+        raise UsageError(f"{where}: no metric {name!r} in the {side} results"
+                         f"{suggestion(name, numbers)}")
     found = row[name]
     if found is not None and not _is_number(found):
         raise UsageError(f"{where}: {name} is not a number in the {side} results")
     return found
+
+
+def _aliases(name: str) -> list[str]:
+    """The other names of a renamed metric: its old one, or its new one."""
+    return [old for old, new in RENAMED.items() if new == name] + (
+        [RENAMED[name]] if name in RENAMED else [])
+
+
+def deprecated_names(rules: list[Rule]) -> list[str]:
+    """A note for each rule that names a metric by its old name."""
+    notes = []
+    for rule in rules:
+        name = rule.metric.partition("[")[0]
+        if name in RENAMED:
+            notes.append(f"rule {rule.text!r}: {name} is now called {RENAMED[name]}; the old "
+                         "name is deprecated and will stop working")
+    return notes
 
 
 def _selectors(metric: str, text: str | None) -> tuple[int | None, str | None]:
@@ -179,8 +167,9 @@ def _selectors(metric: str, text: str | None) -> tuple[int | None, str | None]:
     for part in (text.split(",") if text is not None else []):
         key, _, value = part.strip().rpartition("=")
         key, value = key.strip(), value.strip()
-        if key == "rank" and value.isdigit() and rank is None:
-            rank = int(value)
+        if key == "rank" and (number := ascii_whole(value)) is not None and number >= 0 \
+                and rank is None:
+            rank = number
         elif key in ("group", "") and re.fullmatch(r"[\w.:-]+", value) and group is None:
             group = value
         else:
@@ -254,24 +243,12 @@ def load_runs(path: Path, must_be_json: bool = False, notes: list[str] | None = 
 
 
 def runs_of(document: Any, source: str) -> list[GateRun]:
-    if not isinstance(document, dict) or document.get("schema") != ANALYZE_SCHEMA:
-        raise UsageError(f"{source}: not a `ddpprof analyze --json` file")
-    try:
-        decoded = msgspec.convert(document, AnalyzeDocument)
-    except msgspec.ValidationError as error:
-        raise UsageError(f"{source}: {validation_problem(error)}") from None
-    if decoded.version not in ANALYZE_VERSIONS:
-        raise UsageError(f"{source}: analyze schema version {decoded.version!r}, this ddpprof "
-                         f"reads versions {', '.join(map(str, ANALYZE_VERSIONS))}")
+    decoded, analyzed = analyzed_runs(document, source)
     for unfinished in decoded.unfinished:
         _refuse_unfinished(source, unfinished.run, unfinished.status, unfinished.error)
     runs: list[GateRun] = []
     seen: dict[str, int] = {}
-    for index, row in enumerate(decoded.runs):
-        try:
-            fields = msgspec.convert(row, AnalyzedRun)
-        except msgspec.ValidationError as error:
-            raise UsageError(f"{source}: runs[{index}]: {validation_problem(error)}") from None
+    for index, (row, fields) in enumerate(zip(decoded.runs, analyzed, strict=True)):
         if fields.run in seen:
             before = seen[fields.run]
             raise UsageError(
@@ -279,12 +256,12 @@ def runs_of(document: Any, source: str) -> list[GateRun]:
                 f"({decoded.runs[before].get('folder') or 'no folder'}) and runs[{index}] "
                 f"({row.get('folder') or 'no folder'}); a gate needs unique names")
         seen[fields.run] = index
-        if (where := _non_finite(row)) is not None:
-            raise UsageError(f"{source}: run {fields.run!r}: {where} is not a finite number")
         if fields.status not in GATEABLE_STATUSES:
             _refuse_unfinished(source, fields.run, fields.status, fields.error)
         key = ConfigKey(fields.variant or fields.run, fields.model, fields.world_size,
-                        fields.global_batch, fields.grad_accum, fields.bucket_cap_mb)
+                        fields.global_batch, fields.grad_accum,
+                        fields.bucket_cap_mib if fields.bucket_cap_mib is not None
+                        else fields.bucket_cap_mb)
         if decoded.findings is not None:
             row = dict(row)
             _count_findings(row, decoded.findings)
@@ -296,26 +273,6 @@ def _refuse_unfinished(source: str, run: str, status: str | None, error: str | N
     detail = f" ({error})" if error else ""
     raise UsageError(f"{source}: run {run!r} is {status or 'unfinished'}{detail}; only complete "
                      "runs can be gated")
-
-
-def _non_finite(value: Any, where: str = "") -> str | None:
-    """The path of the first NaN or infinity in ``value`` (``per_rank[1].overlap_pct``), or
-    of an integer too large for a float (JSON has no bound; the arithmetic of the rules
-    does)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{where or 'value'} ({value})"
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _LARGEST:
-        return f"{where or 'value'} (an integer of {len(str(abs(value)))} digits)"
-    if isinstance(value, dict):
-        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
-    elif isinstance(value, list):
-        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
-    else:
-        return None
-    for path, item in items:
-        if (found := _non_finite(item, path)) is not None:
-            return found
-    return None
 
 
 # --- rules ---------------------------------------------------------------------------------

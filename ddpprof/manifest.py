@@ -41,13 +41,14 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import click
 import msgspec
 
 from .errors import UsageError
 from .json_input import read_json_bytes
+from .options import MAX_RANKS
 from .processes import stat_fields, state_of
 from .record.config import RunConfig, decode_hook
 from .units import MIB
@@ -63,6 +64,15 @@ MAX_MANIFEST_BYTES = 64 * MIB
 Status = Literal["running", "complete", "failed", "interrupted"]
 #: A run in one of these never stands for a good one (analyzed, gated, calibrated from).
 INCOMPLETE: tuple[Status, ...] = ("running", "failed", "interrupted")
+
+#: What numbers a run.json read back may hold (``read_manifest``): finite, not negative and
+#: within physical bounds (a rank below ``options.MAX_RANKS``, times of at most 10⁹ s, counts
+#: and rates of at most 10¹⁸); a loss may be anything (NaN where training diverged).
+Rank = Annotated[int, msgspec.Meta(ge=0, lt=MAX_RANKS)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
+Bytes = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
+Rate = Annotated[float, msgspec.Meta(ge=0, le=1e18)]
 
 
 class Owner(msgspec.Struct, kw_only=True):
@@ -95,16 +105,16 @@ class MemoryRow(msgspec.Struct, kw_only=True):
     """One rank's memory (``workloads/memory.py``): steady-state bytes counted from the tensors
     (each storage once), and peaks."""
 
-    rank: int
+    rank: Rank
     device: str | None = None
-    params_bytes: int | None = None
-    grads_bytes: int | None = None
-    optimizer_bytes: int | None = None
-    state_bytes: int | None = None
-    peak_allocated_bytes: int | None = None          # GPU: torch.cuda.max_memory_allocated
-    peak_allocated_profiled_bytes: int | None = None  # GPU: the profiler's allocator events
-    step_peak_rise_bytes: int | None = None          # largest rise within a profiled step
-    peak_rss_bytes: int | None = None                # the process's peak resident set
+    params_bytes: Bytes | None = None
+    grads_bytes: Bytes | None = None
+    optimizer_bytes: Bytes | None = None
+    state_bytes: Bytes | None = None
+    peak_allocated_bytes: Bytes | None = None          # GPU: torch.cuda.max_memory_allocated
+    peak_allocated_profiled_bytes: Bytes | None = None  # GPU: the profiler's allocator events
+    step_peak_rise_bytes: Bytes | None = None          # largest rise within a profiled step
+    peak_rss_bytes: Bytes | None = None                # the process's peak resident set
 
 
 class BucketRecord(msgspec.Struct, kw_only=True):
@@ -112,10 +122,16 @@ class BucketRecord(msgspec.Struct, kw_only=True):
     ``run.json``'s ``buckets`` lists them in the order the variant launches them."""
 
     params: list[str]                   # names, as the model's named_parameters() gives them
-    param_index: list[int]              # their positions in named_parameters() order
-    param_bytes: list[int]              # each parameter's gradient bytes (its full size)
-    bytes: int                          # their sum: the gradient bytes the collective carries
+    param_index: list[Count]            # their positions in named_parameters() order
+    param_bytes: list[Bytes]            # each parameter's gradient bytes (its full size)
+    bytes: Bytes                        # their sum: the gradient bytes the collective carries
     param_dtypes: list[str] | None = None  # each parameter's dtype (``float32``); version 3
+
+    def __post_init__(self) -> None:
+        if not len(self.params) == len(self.param_index) == len(self.param_bytes) or (
+                self.param_dtypes is not None and len(self.param_dtypes) != len(self.params)):
+            raise ValueError("buckets: params, param_index, param_bytes and param_dtypes must "
+                             "hold one value per parameter")
 
 
 class MeshGroup(msgspec.Struct, kw_only=True):
@@ -123,7 +139,7 @@ class MeshGroup(msgspec.Struct, kw_only=True):
     run together."""
 
     name: str                           # the dimension and the group's index: "dp0", "tp1"
-    ranks: list[int]                    # global ranks, in the group's own rank order
+    ranks: list[Rank]                   # global ranks, in the group's own rank order
     #: c10d's name of the group: a trace's ``distributedInfo.pg_config[].pg_name``, and the
     #: "Process Group Name" of an NCCL trace's ``record_param_comms``.
     pg_name: str | None = None
@@ -136,7 +152,7 @@ class MeshDim(msgspec.Struct, kw_only=True):
     """One dimension of a device mesh: its name, size, process groups and collectives."""
 
     name: str                           # "dp", "tp"
-    size: int                           # ranks in each of its groups
+    size: Annotated[int, msgspec.Meta(ge=1, le=MAX_RANKS)]  # ranks in each of its groups
     groups: list[MeshGroup]             # ordered by index: "dp0", "dp1", ...
     #: The ``record_function`` span that encloses every collective the training thread issues
     #: along this dimension in a ddpprof trace ("ddpprof::group tp"); None where there is none.
@@ -153,7 +169,7 @@ class MeshRecord(msgspec.Struct, kw_only=True):
     dims: list[MeshDim]                 # outermost first, as the mesh is shaped
     #: The mesh's ranks, row-major: the rank at coordinate (i, j) is
     #: ``ranks[i * dims[1].size + j]``.
-    ranks: list[int]
+    ranks: list[Rank]
     #: Elements of the parameters that tensor parallelism splits (each rank of a tensor-parallel
     #: group holds 1/size of them before FSDP shards); the others are whole on every such rank.
     tp_split_parameters: int | None = None
@@ -193,22 +209,22 @@ class StepRecord(msgspec.Struct, kw_only=True):
     (the mean over ranks, ``RunMeasurements.wall_s_over_ranks``; older runs kept the slowest
     rank's), ``sync_s`` the time in ``finish_gradient_sync`` (the slowest rank's)."""
 
-    step: int
+    step: Count
     phase: str                          # wait, warmup, active, after, or unprofiled
-    wall_s: float | None = None
-    sync_s: float | None = None
-    samples_per_s: float | None = None
-    tokens_per_s: float | None = None
-    loss: float | None = None
+    wall_s: Seconds | None = None
+    sync_s: Seconds | None = None
+    samples_per_s: Rate | None = None
+    tokens_per_s: Rate | None = None
+    loss: float | None = None           # (NaN where training diverged)
 
 
 class Throughput(msgspec.Struct, kw_only=True):
-    samples_per_s: float | None = None
-    tokens_per_s: float | None = None
-    median_step_s: float | None = None
-    steps_used: list[int] | None = None
+    samples_per_s: Rate | None = None
+    tokens_per_s: Rate | None = None
+    median_step_s: Seconds | None = None
+    steps_used: list[Count] | None = None
     includes_profiled_steps: bool | None = None
-    profiler_overhead_ratio: float | None = None
+    profiler_overhead_ratio: Rate | None = None
 
 
 class InjectedFault(msgspec.Struct, kw_only=True):
@@ -227,7 +243,7 @@ class RunManifest(msgspec.Struct, kw_only=True):
     run: str | None = None
     started: str | None = None
     finished: str | None = None
-    elapsed_s: float | None = None
+    elapsed_s: Seconds | None = None
     #: The run's configuration, every default resolved (its variant's gradient accumulation,
     #: the backend); None for a folder ddpprof did not record.
     config: RunConfig | None = None
@@ -241,6 +257,10 @@ class RunManifest(msgspec.Struct, kw_only=True):
     memory: list[MemoryRow] | None = None
     buckets: list[BucketRecord] | None = None
     mesh: MeshRecord | None = None
+    #: A failed or interrupted run's Flight Recorder dumps, relative to the run folder
+    #: (``fr/rank_0``, ...: PyTorch's own format, one per rank that could write one; read by
+    #: ``ddpprof hang``); None when no rank left one, or the run completed.
+    fr_dumps: list[str] | None = None
     #: The faults injected into the run (``record --fault``); None: none. Never read by the
     #: analysis (``tests/test_fault_injection.py`` checks its findings do not change without it).
     injected_faults: list[InjectedFault] | None = None

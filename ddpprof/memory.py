@@ -160,8 +160,9 @@ def model_parameters(model: str | None, model_path: Path | None) -> tuple[str, i
         except (OSError, ValueError, KeyError) as error:
             raise UsageError(f"{model_path}: cannot build its model ({error})") from None
     if model not in MODEL_NAMES:
-        raise UsageError(f"unknown model {model!r} (choose from {', '.join(MODEL_NAMES)}, "
-                         "or give --model-path)")
+        from .options import unknown_model
+
+        raise UsageError(unknown_model(str(model)))
     return model, model_parameter_count(model)
 
 
@@ -274,14 +275,15 @@ def _unit(largest_bytes: float) -> tuple[str, int]:
 
 def _sizes(unit: str, scale: int, *keys: str, wide: bool = False) -> list[Column]:
     """Byte columns shown in ``unit`` (``params_bytes`` as ``params_mib``)."""
-    return [Column(key, key.replace("bytes", unit), wide=wide, scale=scale) for key in keys]
+    return [Column(key.replace("bytes", unit), attr=key, wide=wide, scale=scale)
+            for key in keys]
 
 
 def estimates_table(estimates: list[StageDocument]) -> Table:
     """The estimates, sizes in GiB when one reaches a GiB."""
     unit, scale = _unit(max((e.total_bytes for e in estimates), default=0))
     return Table([*columns("model", "world_size", "precision", "optimizer"),
-                  Column("name", "stage"), Column("formula"),
+                  Column("stage", attr="name"), Column("formula"),
                   *_sizes(unit, scale, "total_bytes", "comm_bytes_per_step"),
                   *_sizes(unit, scale, "params_bytes", "grads_bytes", "optimizer_bytes",
                           wide=True)], estimates)

@@ -10,16 +10,21 @@ import click
 
 from .options import (
     BANDWIDTH_GBPS,
+    FASTER,
+    FASTER_NETWORK,
     FOLDER,
     LATENCY_US,
     LEVEL,
     NON_NEGATIVE_FLOAT,
-    NON_NEGATIVE_INT,
+    NON_NEGATIVE_REPEATS,
     OUTPUT,
     POSITIVE_INT,
+    RANK_DELAY,
+    REPEATS,
+    SHARED_CORES,
+    STEP_FACTOR,
     ByteSize,
     F,
-    FiniteFloat,
     keep_last_step_option,
     list_option,
     run_noise_option,
@@ -43,12 +48,12 @@ def sweep_size_options() -> Callable[[F], F]:
                      help="Smallest all-reduce (4096, 4K, 1M, ...)."),
         click.option("--max-bytes", default="256M", show_default=True, type=ByteSize(min=4),
                      help="Largest all-reduce."),
-        click.option("--step-factor", default=2.0, show_default=True,
-                     type=FiniteFloat(min=1, min_open=True),
+        click.option("--step-factor", default=2.0, show_default=True, type=STEP_FACTOR,
                      help="Each size is the previous one times this."),
-        click.option("--warmup-iters", default=5, show_default=True, type=NON_NEGATIVE_INT,
+        click.option("--warmup-iters", default=5, show_default=True,
+                     type=NON_NEGATIVE_REPEATS,
                      help="Untimed calls per size."),
-        click.option("--iters", default=20, show_default=True, type=POSITIVE_INT,
+        click.option("--iters", default=20, show_default=True, type=REPEATS,
                      help="Timed calls per size (their median is the size's time)."))
 
 
@@ -63,7 +68,7 @@ def cost_model_options() -> Callable[[F], F]:
                      help="Use this bus bandwidth (GB/s) instead of a calibration or fit."),
         click.option("--latency-us", type=LATENCY_US,
                      help="Use this per-call latency (µs) instead of a calibration or fit."),
-        click.option("--shared-cores", type=NON_NEGATIVE_INT, metavar="C",
+        click.option("--shared-cores", type=SHARED_CORES, metavar="C",
                      help="Every rank, at any world size, shares these C cores (the ranks of a "
                           "CPU run on one host): where the ranks' threads outnumber them, all "
                           "work slows in proportion; 0: each rank brings its own device or "
@@ -98,7 +103,9 @@ def analysis_options() -> Callable[[F], F]:
         click.option("--critical-path", is_flag=True,
                      help="Also each step's critical path across ranks (see `ddpprof "
                           "critical-path`)."),
-        click.option("--jobs", type=POSITIVE_INT, help="Ranks analyzed in parallel."),
+        click.option("--jobs", "-j", "jobs", type=POSITIVE_INT,
+                     help="Ranks analyzed in parallel [default: the cores, one for a small "
+                          "run]."),
         click.option("--scheduler", envvar="DDPPROF_SCHEDULER", metavar="ADDRESS",
                      help="Analyze the ranks on this Dask cluster (tcp://host:8786) [env: "
                           "DDPPROF_SCHEDULER]; the workers read the traces."))
@@ -108,13 +115,13 @@ def edit_options(each: str) -> Callable[[F], F]:
     """The graph edits ``critical-path`` and ``simulate`` replay (``ddpprof.graph.whatif``);
     ``each`` says what one of them gives."""
     return _stack(
-        click.option("--faster", multiple=True, metavar="CLASS=PCT",
+        click.option("--faster", multiple=True, metavar="CLASS=PCT", type=FASTER,
                      help="Replay with the work of CLASS (gemm or compute) PCT % shorter, e.g. "
                           f"gemm=20. Repeatable: {each}."),
-        click.option("--faster-network", multiple=True, metavar="PCT",
+        click.option("--faster-network", multiple=True, metavar="PCT", type=FASTER_NETWORK,
                      help=f"Replay with every collective's transfer PCT % shorter. Repeatable: "
                           f"{each}."),
-        click.option("--rank-delay", multiple=True, metavar="RANK=US",
+        click.option("--rank-delay", multiple=True, metavar="RANK=US", type=RANK_DELAY,
                      help="Replay with RANK starting its step US µs later (negative: sooner). "
                           f"Repeatable: {each}."))
 
@@ -159,9 +166,10 @@ def diff_options() -> Callable[[F], F]:
 def bench_options() -> Callable[[F], F]:
     """``bench``'s repetitions, warm-up and profiled run."""
     return _stack(
-        click.option("--repeats", default=3, show_default=True, type=POSITIVE_INT,
+        click.option("--repeats", default=3, show_default=True, type=REPEATS,
                      help="Timed runs per configuration, interleaved."),
-        click.option("--warmup-steps", default=2, show_default=True, type=NON_NEGATIVE_INT,
+        click.option("--warmup-steps", default=2, show_default=True,
+                     type=NON_NEGATIVE_REPEATS,
                      help="Steps left out of every timing."),
         click.option("--overhead/--no-overhead", default=True, show_default=True,
                      help="One profiled run per configuration, for the profiler's overhead."))

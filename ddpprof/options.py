@@ -26,10 +26,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
+from .numbers import ascii_decimal, ascii_whole
 from .units import GIB, KIB, MIB
 
 F = TypeVar("F", bound=Callable[..., Any])
 if TYPE_CHECKING:
+    from .graph.whatif import Edit
+
     ParamType = click.ParamType[Any]
 else:   # click before 8.2 has a ParamType that takes no type parameters at run time
     ParamType = click.ParamType
@@ -37,8 +40,21 @@ else:   # click before 8.2 has a ParamType that takes no type parameters at run 
 WHAT_IF_CAPS_MIB = "1,2,5,10,25,50,100"
 
 
+class Whole(click.IntRange):
+    """A whole number in ``[min, max]``, written in ASCII digits (see :func:`ascii_whole`)."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and ascii_whole(value) is None:
+            self.fail(f"{value!r} is not a whole number (digits 0-9)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class FiniteFloat(ParamType):
-    """A finite float in ``[min, max]``; ``min_open``/``max_open`` exclude the bound."""
+    """A finite float in ``[min, max]``; ``min_open``/``max_open`` exclude the bound. Text must
+    be a number written in ASCII (see :func:`ascii_decimal`)."""
 
     name = "number"
 
@@ -49,8 +65,10 @@ class FiniteFloat(ParamType):
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> float:
         try:
-            number = float(value)
+            number = ascii_decimal(value) if isinstance(value, str) else float(value)
         except (TypeError, ValueError, OverflowError):
+            number = None
+        if number is None:
             self.fail(f"{value!r} is not a number", param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
@@ -97,6 +115,26 @@ class ListOf(ParamType):
         return f"ListOf({self.item!r})"
 
 
+class Suggesting(click.Choice):  # type: ignore[type-arg]  # click 8.1's Choice is not generic
+    """A choice that answers a mistyped value with the closest one (``did you mean``) and
+    where the whole list is, rather than printing the list."""
+
+    def __init__(self, choices: Sequence[str], what: str, listed_by: str = "") -> None:
+        super().__init__(choices)
+        self.what, self.listed_by = what, listed_by
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if value in self.choices:
+            return value
+        from .metrics.registry import suggestion
+
+        close = suggestion(str(value), [str(c) for c in self.choices])
+        where = (f"; {self.listed_by} lists them" if self.listed_by
+                 else f"; one of: {', '.join(map(str, self.choices))}")
+        self.fail(f"{value!r} is not a {self.what}{close}{where}", param, ctx)
+
+
 class RunName(ParamType):
     """One path component: a run folder's name under ``--out``. Not empty, no separator, not
     ``.`` or ``..``, not hidden (analyze skips folders whose name starts with a dot), and no
@@ -127,7 +165,8 @@ class Endpoint(ParamType):
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> str:
         host, _, port = str(value).rpartition(":")
-        if not _is_host(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
+        number = ascii_whole(port)
+        if not _is_host(host) or number is None or not 1 <= number <= 65535:
             self.fail(f"{value!r} is not HOST:PORT with a port in 1-65535", param, ctx)
         return str(value)
 
@@ -155,14 +194,67 @@ class InjectDelay(ParamType):
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> str:
         rank, _, ms = str(value).partition(":")
-        try:
-            delay = float(ms)
-        except ValueError:
-            delay = -1.0
-        if not rank.strip().isdigit() or not math.isfinite(delay) or delay < 0:
+        number, delay = ascii_whole(rank), ascii_decimal(ms)
+        if number is None or number < 0 or delay is None or not math.isfinite(delay) \
+                or delay < 0:
             self.fail(f"{value!r} is not RANK:MS (a rank and a delay in ms, e.g. 1:20)",
                       param, ctx)
-        return f"{int(rank)}:{delay:g}"
+        return f"{number}:{delay:g}"
+
+
+class WhatIf(ParamType):
+    """A graph edit (``graph.whatif``), checked and kept as text: ``CLASS=PCT`` (``--faster``,
+    0 ≤ PCT < 100), ``PCT`` (``--faster-network``) or ``RANK=US`` (``--rank-delay``: a rank
+    below ``MAX_RANKS``, |US| ≤ ``MAX_DELAY_US``; the run's ranks: :func:`check_rank_edits`)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.name = {"faster": "class=pct", "faster-network": "pct"}.get(kind, "rank=us")
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        text = str(value).strip()
+        target, _, amount_text = text.rpartition("=")
+        amount = ascii_decimal(amount_text)
+        if amount is None or (self.kind == "faster-network" and target):
+            self.fail(f"{value!r} is not {self.name.upper()}", param, ctx)
+        if not math.isfinite(amount):
+            self.fail(f"{value!r}: not a finite number", param, ctx)
+        if self.kind == "rank-delay":
+            rank = ascii_whole(target)
+            if rank is None or not 0 <= rank < MAX_RANKS:
+                self.fail(f"{value!r}: RANK must be a rank number (digits 0-9)", param, ctx)
+            if abs(amount) > MAX_DELAY_US:
+                self.fail(f"{value!r}: a delay is at most {MAX_DELAY_US:g} µs either way",
+                          param, ctx)
+            return f"{rank}={amount_text.strip()}"
+        if self.kind == "faster":
+            from .trace.classify import WORK_CLASSES
+
+            if target.strip() not in WORK_CLASSES:
+                self.fail(f"{value!r}: the class is one of {', '.join(WORK_CLASSES)}", param,
+                          ctx)
+        if not 0 <= amount < 100:
+            self.fail(f"{value!r}: the percentage must be in [0, 100)", param, ctx)
+        return text
+
+
+def check_rank_edits(edits: Iterable[Edit], ranks: Iterable[int], where: str) -> None:
+    """A ``UsageError`` naming the ranks ``where`` (a run) has, for a ``--rank-delay`` of
+    another."""
+    from .errors import UsageError
+
+    there = set(ranks)
+    for edit in edits:
+        if edit.kind == "rank-delay" and int(edit.target) not in there:
+            raise UsageError(f"--rank-delay {edit.target}={edit.amount:g}: {where} has no rank "
+                             f"{edit.target} (its ranks: {ranks_text(there)})")
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``0, 1, 2``: the first 16 ranks, then ``...``."""
+    shown = sorted(set(ranks))
+    return ", ".join(map(str, shown[:16])) + (", ..." if len(shown) > 16 else "")
 
 
 class ByteSize(ParamType):
@@ -182,7 +274,7 @@ class ByteSize(ParamType):
         text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
         unit = text[-1:] if text[-1:] in ("K", "M", "G") else ""
         digits = text[:len(text) - len(unit)]
-        if not digits.isdigit() or len(digits) > 30:
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 30:
             self.fail(f"{value!r} is not a size in bytes (4096, 4K, 256M, 1G)", param, ctx)
         size = int(digits) * self._UNITS[unit]
         if size < self.min:
@@ -207,13 +299,22 @@ class Option(click.Option):
             self.opts = shown
 
 
-POSITIVE_INT = click.IntRange(min=1)
-NON_NEGATIVE_INT = click.IntRange(min=0)
+POSITIVE_INT = Whole(min=1)
+NON_NEGATIVE_INT = Whole(min=0)
 #: torch.manual_seed takes 64 bits, and the workloads derive seeds from it (seed + rank,
 #: seed * 1,000,003 + batch index); 32 bits leave room for both.
-SEED = click.IntRange(min=0, max=2**32 - 1)
+SEED = Whole(min=0, max=2**32 - 1)
+#: Calls or steps repeated at each point of a measurement (calibrate's ``--iters``, bench's
+#: ``--repeats``): a million is beyond any use, and bounds the lists kept of them.
+REPEATS = Whole(min=1, max=10**6)
+NON_NEGATIVE_REPEATS = Whole(min=0, max=10**6)
 POSITIVE_FLOAT = FiniteFloat(min=0, min_open=True)
 NON_NEGATIVE_FLOAT = FiniteFloat(min=0)
+#: ``--run-noise``: a part's run-to-run noise, % of it (the noise model squares it: beyond
+#: 1,000 % it is no prior but a refusal to compare).
+RUN_NOISE_PCT = FiniteFloat(min=0, max=1000)
+#: ``calibrate --step-factor``: each size the previous one times it.
+STEP_FACTOR = FiniteFloat(min=1, max=1024, min_open=True)
 #: The bus bandwidths (GB/s) and per-call latencies (µs) a cost model may have: from a modem's
 #: to far beyond any interconnect's, and up to a quarter of an hour. Outside them the
 #: predicted times overflow float64 (1e-308 GB/s) and no fit can be made from them.
@@ -223,7 +324,13 @@ LATENCY_US = FiniteFloat(min=0, max=MAX_LATENCY_US)
 #: Timeouts end up in timedelta and in milliseconds as C integers: a week is plenty.
 TIMEOUT_S = FiniteFloat(min=0, max=7 * 24 * 3600, min_open=True)
 #: A world size beyond any real cluster is bad input, not a question.
-WORLD_SIZE = click.IntRange(min=1, max=1 << 20)
+MAX_RANKS = 1 << 20
+WORLD_SIZE = Whole(min=1, max=MAX_RANKS)
+SHARED_CORES = Whole(min=0, max=MAX_RANKS)
+#: ``--rank-delay``: a rank's start moved by at most a quarter of an hour either way.
+MAX_DELAY_US = 1e9
+FASTER, FASTER_NETWORK, RANK_DELAY = (WhatIf(kind) for kind in ("faster", "faster-network",
+                                                               "rank-delay"))
 #: A confidence level (``--significance``), strictly between 0 and 1.
 LEVEL = FiniteFloat(min=0, max=1, min_open=True, max_open=True)
 RUN_NAME = RunName()
@@ -275,7 +382,8 @@ def variant_option(default: str, bucketed: bool = False) -> Callable[[F], F]:
         offered, everything = VARIANT_NAMES, VARIANTS_IN_ALL
         left_out = [name for name in VARIANT_NAMES if name not in VARIANTS_IN_ALL]
         note = f"; all is every variant but the tensor-parallel {', '.join(left_out)}"
-    return list_option("--variant", "variants", item=click.Choice(VARIANT_NAMES),
+    return list_option("--variant", "variants",
+                       item=Suggesting(VARIANT_NAMES, "variant", "`ddpprof variants`"),
                        everything=everything, default=default, metavar="VARIANT",
                        aliases=("--variants",),
                        help=f"all, or of: {', '.join(offered)} (`ddpprof variants`){note}.")
@@ -287,6 +395,17 @@ def model_option(default: str | None, what: str = "") -> Callable[[F], F]:
     return list_option("--model", "models", item=click.STRING, default=default,
                        metavar="MODEL", aliases=("--models",),
                        help=f"{what}One of: {', '.join(MODEL_NAMES)}.")
+
+
+def unknown_model(model: str) -> str:
+    """What to say of a model name that is not one of ``workloads.configs.MODEL_NAMES``: the
+    closest one, and where the names are."""
+    from workloads.configs import MODEL_NAMES
+
+    from .metrics.registry import suggestion
+
+    return (f"unknown model {model!r}{suggestion(model, MODEL_NAMES)}; one of "
+            f"{', '.join(MODEL_NAMES)}, or give --model-path")
 
 
 def nproc_option(default: str) -> Callable[[F], F]:
@@ -301,8 +420,8 @@ def bucket_cap_option(default: str, help: str) -> Callable[[F], F]:
 
 
 def out_option(default: str, help: str) -> Callable[[F], F]:
-    return click.option("--out", type=FOLDER, default=Path(default), show_default=True,
-                        help=help)
+    return click.option("--out", "-o", "out", type=FOLDER, default=Path(default),
+                        show_default=True, help=help)
 
 
 def outputs(json: str, table: bool = True, html: str | None = None,
@@ -328,7 +447,7 @@ def outputs(json: str, table: bool = True, html: str | None = None,
             click.option("--html-out", "html_file", type=OUTPUT, metavar="FILE",
                          help="Write the HTML page to FILE instead.")]
     if progress:
-        chosen.append(click.option("--quiet", is_flag=True,
+        chosen.append(click.option("--quiet", "-q", "quiet", is_flag=True,
                                    help="No progress display (none under CI=true, or when "
                                         "standard error is not a terminal)."))
 
@@ -359,11 +478,12 @@ def keep_last_step_option() -> Callable[[F], F]:
 
 def run_noise_option() -> Callable[[F], F]:
     """``--run-noise PCT``: the prior of ``ddpprof.diff.noise`` for another machine."""
-    return click.option("--run-noise", "run_noise_pct", type=NON_NEGATIVE_FLOAT,
+    return click.option("--run-noise", "run_noise_pct", type=RUN_NOISE_PCT,
                         metavar="PCT",
                         help="Run-to-run noise of a recording's mean, % of each part, for "
-                             "this machine [default: 26.2, measured on a shared 2-core CPU "
-                             "machine; see docs/diff.md#noise].")
+                             "this machine, taken to hold for every run [default: 26.2, "
+                             "measured on a shared 2-core CPU machine, for gloo CPU runs on "
+                             "2 host cores only; see docs/diff.md#noise].")
 
 
 def world_size_option(help: str) -> Callable[[F], F]:

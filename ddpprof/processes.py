@@ -125,3 +125,58 @@ def import_numpy_with_one_blas_thread() -> None:
         import numpy  # noqa: F401
     finally:
         del os.environ["OPENBLAS_NUM_THREADS"]
+
+
+def memory_room() -> tuple[int, str] | None:
+    """The memory this process may still take, and what sets it: the least of the kernel's
+    ``MemAvailable``, its cgroup's ``memory.max`` less what the cgroup uses, and its
+    address-space limit (``RLIMIT_AS``, ``ulimit -v``) less its address space now; None where
+    none of them can be read (not Linux)."""
+    found: list[tuple[int, str]] = []
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append((int(line.split()[1]) * 1024, "the memory available"))
+    if (cgroup := _cgroup_room()) is not None:
+        found.append((cgroup, "its cgroup's memory.max"))
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            found.append((max(0, soft - _address_space_bytes()),
+                          "its address-space limit (ulimit -v)"))
+    return min(found) if found else None
+
+
+def _cgroup_room() -> int | None:
+    """``memory.max`` less ``memory.current`` of this process's cgroup (v2), else of the
+    cgroup mounted at the root (a container's own)."""
+    folders = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                folders.append(Path("/sys/fs/cgroup") / line[3:].lstrip("/"))
+    folders.append(Path("/sys/fs/cgroup"))
+    for folder in folders:
+        with contextlib.suppress(OSError, ValueError):
+            limit = (folder / "memory.max").read_text().strip()
+            if limit == "max":
+                continue
+            return max(0, int(limit) - int((folder / "memory.current").read_text()))
+    return None
+
+
+def _address_space_bytes() -> int:
+    """This process's address space now (``VmSize``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def out_of_memory(room: tuple[int, str] | None = None) -> str:
+    """What to say of work that ran out of memory (a ``MemoryError``)."""
+    room = room or memory_room()
+    where = f" ({room[1]} leaves {room[0] >> 20:,} MiB)" if room else ""
+    return f"ran out of memory{where}; allow this process more, or give it less at a time"

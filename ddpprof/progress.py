@@ -73,10 +73,12 @@ class Progress:
         from rich.markup import escape
 
         with _bar(self._console) as bar:
-            task = bar.add_task(escape(self._label), total=steps)
+            task = bar.add_task(escape(f"{self._label}: {phase(0, steps)}"), total=steps)
             while process.poll() is None:
                 on_tick()
-                bar.update(task, completed=_last_step(log_path))
+                done = _last_step(log_path)
+                bar.update(task, completed=done,
+                           description=escape(f"{self._label}: {phase(done, steps)}"))
                 time.sleep(0.25)
 
     def finish(self, status: str, samples_per_s: float | None, error: str | None) -> None:
@@ -86,6 +88,29 @@ class Progress:
         detail = error or (f"{samples_per_s:,.0f} samples/s" if samples_per_s else "")
         self._console.print(f"{self._label}  {status} in {elapsed:.1f}s  {detail}".rstrip(),
                             markup=False, soft_wrap=True)
+
+
+def phase(done: int, steps: int) -> str:
+    """What a recording is doing, from the last step rank 0 reported: torchrun starting the
+    ranks (nothing reported yet), a step, or the traces being written after the last one."""
+    if done <= 0:
+        return "starting ranks"
+    if done < steps:
+        return f"step {done + 1} of {steps}"
+    return "writing traces"
+
+
+@contextmanager
+def working(quiet: bool, what: str) -> Iterator[None]:
+    """A spinner saying ``what`` is being done, on stderr while the block runs (silent as
+    every progress display is: ``shown``)."""
+    if not shown(quiet):
+        yield
+        return
+    from rich.markup import escape
+
+    with _console().status(escape(what)):
+        yield
 
 
 @contextmanager

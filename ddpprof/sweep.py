@@ -43,10 +43,8 @@ class SweepRow:
 
 
 COLUMNS: list[Column] = [
-    Column("variant"), Column("bucket_cap_mib", "cap_mib"), Column("status"),
-    Column("buckets"), Column("step_ms"), Column("overlap_pct", "overlap_%"),
-    Column("gradient_calls_per_step", "calls/step"),
-    Column("exposed_comm_ms_per_step", "exposed_ms/step"),
+    *columns("variant", "bucket_cap_mib", "status", "buckets", "step_ms", "overlap_pct",
+             "gradient_calls_per_step", "exposed_comm_ms_per_step"),
     *columns(wide=("gradient_collective", "model", "nproc", "samples_per_s", "run", "error"))]
 
 

@@ -15,7 +15,9 @@ python3 -m venv "$scratch/venv"
 {
     echo "# Exact versions that scripts/setup-venv.sh (and so CI) installs, through pip -c."
     echo "# Written by scripts/lock-constraints.sh: regenerate it after changing setup.cfg."
-    "$scratch/venv/bin/pip" freeze --exclude-editable | grep -v -i '^ddpprof' \
+    # --all: wheel too (the test extra builds the wheel); pip and setuptools come with the venv
+    "$scratch/venv/bin/pip" freeze --all --exclude-editable \
+        | grep -v -i -E '^(ddpprof|pip|setuptools)==' \
         | sed 's/^torch==\(.*\)+cpu$/torch==\1/'
 } > constraints.txt.tmp
 mv constraints.txt.tmp constraints.txt

@@ -18,8 +18,8 @@ from ddpprof.options import ListOf
 from ddpprof.variants import VARIANT_NAMES
 
 COMMANDS: dict[str, click.Command] = cli.commands
-WORKFLOW = ["record", "analyze", "critical-path", "diff", "gate", "simulate", "calibrate",
-            "sweep", "bench", "memory", "variants"]
+WORKFLOW = ["record", "analyze", "critical-path", "diff", "gate", "hang", "simulate",
+            "calibrate", "sweep", "bench", "memory", "variants"]
 
 
 def _options(command: click.Command) -> dict[str, click.Option]:
@@ -146,8 +146,14 @@ def test_default_table_fits_100_columns_and_shared_notes_print_once(tmp_path, dd
     assert first[:6] == ["first-run", "1", "0.10", "50.00", "30.00", "40.00"]
     assert result.stderr.count("last ProfilerStep dropped") == 1
     assert "every run: last ProfilerStep dropped" in result.stderr
-    wide = ddpprof_cli("analyze", str(tmp_path / "traces"), "--wide").stdout.splitlines()[0]
-    assert len(wide.split()) > 60 and "idle_pct" in wide.split()
+    # --wide: every column, as a table of one row per column (it cannot fit otherwise)
+    wide = ddpprof_cli("analyze", str(tmp_path / "traces"), "--wide").stdout.split("\n\n")[0]
+    lines = wide.splitlines()
+    assert lines[0].split() == ["metric", "first-run", "second-run"]
+    assert len(lines) > 60 and max(map(len, lines)) <= 100
+    # idle: the window [0,100) less the busy [10,90) (compute [10,60), all-reduce [40,90))
+    assert [line.split() for line in lines if line.startswith("idle_pct ")] == [
+        ["idle_pct", "20.00", "20.00"]]
 
 
 def test_json_to_standard_output_is_the_document_alone(tmp_path, ddpprof_cli):

@@ -1,14 +1,13 @@
 """``ddpprof diff``: pairs of synthetic runs whose true change is known (one kernel twice as
 slow, one bucket launched later, one rank delayed) come out with that change named first and
-the parts adding up to the step's change; noise, inputs and outputs."""
+the parts adding up to the step's change; inputs and outputs (the noise:
+``test_diff_noise``)."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
-import shutil
-import subprocess
 
 import msgspec
 import pytest
@@ -129,14 +128,6 @@ def test_t_quantile_matches_the_tables(p, df, expected):
     assert t_cdf(t_quantile(p, df), df) == pytest.approx(p, abs=1e-9)
 
 
-def test_repeats_of_one_configuration_are_within_noise(tmp_path):
-    # the same configuration twice, with steps that scatter: nothing to flag
-    before, _ = synchronized_steps(tmp_path / "a", [40, 41], [0, 0])
-    after, _ = synchronized_steps(tmp_path / "b", [41, 40], [0, 0])
-    diff = diff_pair(profiles(before), profiles(after))
-    assert diff.verdict == "no significant change"
-
-
 def test_cli_diff_of_traces_and_of_analyze_documents_agree(tmp_path, ddpprof_cli):
     synchronized_steps(tmp_path / "a", [40, 40], [0, 0])
     synchronized_steps(tmp_path / "b", [80, 80], [0, 0])
@@ -145,14 +136,14 @@ def test_cli_diff_of_traces_and_of_analyze_documents_agree(tmp_path, ddpprof_cli
                              str(tmp_path / f"{side}.json"))
         assert result.returncode == 0, result.stderr
         document = json.loads((tmp_path / f"{side}.json").read_text())
-        assert document["version"] == 4 and document["runs"][0]["profile"]["step_ms"] == \
+        assert document["version"] == 5 and document["runs"][0]["profile"]["step_ms"] == \
             pytest.approx(document["runs"][0]["step_ms"])
     from_traces = ddpprof_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json", "-")
     from_json = ddpprof_cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
                             "--json", "-")
     assert from_traces.returncode == from_json.returncode == 0, from_traces.stderr
     one, two = json.loads(from_traces.stdout), json.loads(from_json.stdout)
-    assert (one["schema"], one["version"]) == ("ddpprof.diff", 1)
+    assert (one["schema"], one["version"]) == ("ddpprof.diff", 2)
     for document in (one, two):     # the sides are named after the paths given
         del document["before"], document["after"]
         for found in document["pairs"]:
@@ -195,9 +186,6 @@ def test_configuration_changes_come_first(tmp_path, ddpprof_cli):
     assert "no significant change" in result.stdout
 
 
-BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 def test_html_page_is_offline_and_renders(tmp_path, ddpprof_cli):
     synchronized_steps(tmp_path / "a", [40, 40], [0, 0])
     synchronized_steps(tmp_path / "b", [80, 80], [0, 0])
@@ -206,20 +194,10 @@ def test_html_page_is_offline_and_renders(tmp_path, ddpprof_cli):
                          str(page))
     assert result.returncode == 0, result.stderr
     html = page.read_text()
-    assert len(re.findall(r"plotly\.js v\d", html)) == 1
+    assert len(re.findall(r"plotly\.js \(basic - minified\) v\d", html)) == 1
     assert not re.search(r"<script[^>]+src=|<link[^>]+href=\"?https?:", html)
     assert 'data-figures="2"' in html and "What moved inside the parts" in html
-    if BROWSER is None:
-        pytest.skip("no chromium here (scripts/test.sh installs Debian's chromium)")
-    from test_report import BROWSER_FLAGS
-
-    dom = subprocess.run([BROWSER, *BROWSER_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                          "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                         timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert 'data-js-errors="' not in dom.stdout
-    assert dom.stdout.count('class="plotly-graph-div js-plotly-plot"') == 2
-    assert dom.stdout.count('class="main-svg"') >= 2
+    # drawn in a browser, every chart checked: tests/test_charts.py
 
 
 def test_step_is_the_first_row_and_named(tmp_path):

@@ -154,6 +154,8 @@ def test_a_signal_to_record_stops_every_process_and_marks_the_run_interrupted(si
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "interrupted"
     assert manifest["error"]["signal"] == name
+    # each rank dumped its Flight Recorder buffer on the signal torchrun passed on
+    assert manifest["fr_dumps"] == ["fr/rank_0", "fr/rank_1"]
 
 
 @linux_only
@@ -618,7 +620,8 @@ def test_gate_median_never_merges_different_models(tmp_path):
     current = _analysis(_row("a1", 40.0), _row("a2", 40.0),
                         _row("b1", 10.0, model="mlp-large"), _row("b2", 12.0, model="mlp-large"))
     baseline = _analysis(_row("a", 40.0), _row("b", 11.0, model="mlp-large"))
-    result = _gate(tmp_path, current, baseline, "--aggregate", "median")
+    # (as Markdown: the terminal's table wraps so long a name to fit its width)
+    result = _gate(tmp_path, current, baseline, "--aggregate", "median", "--markdown", "-")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all 2 checks passed" in result.stdout
     assert "bucket_ddp_async [mlp-large, 2 ranks, batch 256, accum 1, 25 MiB buckets]" \

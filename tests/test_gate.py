@@ -196,19 +196,26 @@ def test_a_huge_integer_is_refused_in_one_line(number, files, ddpprof_cli, tmp_p
     assert "run 'pytorch_ddp': overlap_pct (an integer of 400 digits)" in result.stderr
 
 
-def test_a_large_integer_that_a_float_holds_is_used(files, ddpprof_cli):
+def test_a_large_integer_within_bounds_is_used_and_one_beyond_any_measurement_refused(
+        files, ddpprof_cli):
     big = copy.deepcopy(BASELINE)
-    big["runs"][0]["overlap_pct"] = 10**300
+    big["runs"][0]["overlap_pct"] = 10**17 + 1
     result = ddpprof_cli("gate", str(files("now.json", big)),
                          "--baseline", str(files("base.json", big)), "--json", "-")
     assert result.returncode == 0, result.stderr
     verdicts = json.loads(result.stdout)["verdicts"]
-    # reported as written on both sides; compared as floats: the threshold 10**300 - 2 is the
-    # float 1e300, which 10**300 meets
+    # reported as written on both sides; compared as floats: the threshold 10**17 + 1 - 2 is
+    # the float 1e17, which 10**17 + 1 meets
     first = verdicts[0]
     assert (first["run"], first["baseline"], first["current"], first["verdict"]) == (
-        "bucket_ddp_async", 10**300, 10**300, "pass")
-    assert first["threshold"] == pytest.approx(1e300)
+        "bucket_ddp_async", 10**17 + 1, 10**17 + 1, "pass")
+    assert first["threshold"] == pytest.approx(1e17)
+    # 10**300 is a float (1e300), but no metric's value: the noise would square it
+    big["runs"][0]["overlap_pct"] = 10**300
+    result = ddpprof_cli("gate", str(files("now.json", big)),
+                         "--baseline", str(files("base.json", big)))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "overlap_pct (an integer of 301 digits) is beyond any measurement" in result.stderr
 
 
 def test_markdown_and_csv_escape_what_a_run_name_holds(files, ddpprof_cli, tmp_path):
@@ -249,7 +256,7 @@ def test_a_rule_on_the_findings_counts_them_by_severity():
     assert verdict.verdict == "pass"
     [verdict] = evaluate([parse_rule("findings <= 3")], now, before)
     assert (verdict.current, verdict.verdict) == (3, "pass")
-    with pytest.raises(UsageError, match="a dotted metric is findings.high"):
+    with pytest.raises(UsageError, match=r"a dotted metric is findings\.high"):
         parse_rule("findings.severe == 0")
     # a document without findings has no such metric: an error, not zero
     with pytest.raises(UsageError, match="no metric 'findings_high' in the baseline"):

@@ -140,7 +140,7 @@ def test_analyze_and_simulate_cover_the_same_steps(tmp_path):
         [analyzed] = analyze_paths([run], AnalysisOptions(jobs=1, per_step=True,
                                                           keep_last_step=keep)).runs
         simulation = simulate_run(run, [1.0], [2], bandwidth_gbps=1.0, latency_us=10.0,
-                                  keep_last_step=keep, allow_sweep=False)
+                                  keep_last_step=keep)
         steps = [row.step for row in analyzed.ranks[0].per_step]
         assert steps == simulation.steps
         assert to_json_document(simulation).steps == steps
@@ -176,7 +176,7 @@ def test_the_simulators_work_is_bounded_in_the_steps(tmp_path, monkeypatch):
                             lambda *a, counts=counts, original=original, **k:
                             counts.update(["replays"]) or original(*a, **k))
         simulation = simulate_run(run, [1.0, 25.0], [2, 4], bandwidth_gbps=1.0,
-                                  latency_us=10.0, allow_sweep=False)
+                                  latency_us=10.0)
         assert len(simulation.steps) == min(steps - 1, REPLAYED_STEPS)
         replays[steps] = counts["replays"] / len(simulation.steps)
         monkeypatch.undo()

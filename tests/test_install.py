@@ -123,3 +123,24 @@ def test_the_plain_install_analyzes_without_torch(tmp_path):
                                   "which the plain install leaves out: pip install "
                                   "'ddpprof[record]'\n")
     assert not list(tmp_path.glob("traces")) and not list(tmp_path.glob("bench"))
+
+
+@pytest.mark.slow
+def test_the_wheel_and_sdist_pass_twine_check(tmp_path):
+    """What ``pyproject.toml`` builds is ready to publish: a wheel and an sdist whose metadata
+    (the README as the description) ``twine check --strict`` accepts; the wheel ships the
+    templates and plotly.js's bundle the reports inline."""
+    import zipfile
+
+    built = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel",
+                            "--outdir", str(tmp_path), str(REPO)], capture_output=True,
+                           text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    files = sorted(tmp_path.glob("ddpprof-*"))
+    assert {f.suffix for f in files} == {".whl", ".gz"}
+    checked = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",
+                              *map(str, files)], capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    wheel = zipfile.ZipFile(next(f for f in files if f.suffix == ".whl")).namelist()
+    assert "ddpprof/templates/plotly-basic.min.js" in wheel
+    assert "ddpprof/templates/report.html.j2" in wheel

@@ -127,7 +127,7 @@ def test_cpu_breakdown_by_hand(tmp_path):
     assert (b.window_us, b.compute_us, b.non_compute_us, b.idle_us) == (200, 70, 50, 80)
     assert (b.compute_pct, b.non_compute_pct, b.idle_pct) == (35.0, 25.0, 40.0)
     assert b.overlap_pct == pytest.approx(100 * 30 / 68)
-    assert b.exposed_comm_us == 38 and b.comm_overhead_pct == 19.0
+    assert b.exposed_comm_us == 38 and b.exposed_comm_pct == 19.0
     stats = result.collectives["all_reduce"]
     assert stats.calls == 2 and stats.total_us == 68
     assert stats.bytes_per_call == (100 * 4 + 50 * 4) / 2

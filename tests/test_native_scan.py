@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,14 @@ from ddpprof.trace.loader import Slicing, load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PYTHON_ONLY = Slicing(native_scan=False)
+#: The fuzz budget (hypothesis examples per generated test): the defaults below, unless
+#: ``DDPPROF_FUZZ_EXAMPLES`` says otherwise (``scripts/sanitize-scan.sh`` sets it for the
+#: sanitized build; docs/guarantees.md).
+FUZZ_EXAMPLES = int(os.environ.get("DDPPROF_FUZZ_EXAMPLES") or 0)
+
+
+def _budget(default: int) -> int:
+    return FUZZ_EXAMPLES or default
 
 
 def _python(run: bytes) -> Columns:
@@ -221,7 +230,7 @@ def _encoded(events: list[Any], layout: int) -> bytes:
     return ("[ \n\t" + " ,\r\n ".join(json.dumps(e, indent=3) for e in events) + " \n]").encode()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=_budget(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_EVENT, max_size=12), st.integers(0, 2))
 @example([{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2, "args": {
     "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}}], 0)
@@ -229,13 +238,13 @@ def test_any_events_read_as_the_python_decoder_reads_them(events, layout):
     _check(_encoded(events, layout))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=_budget(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_SUBSET_EVENT, max_size=12), st.integers(0, 2))
 def test_events_of_the_subset_are_taken(events, layout):
     _check(_encoded(events, layout), taken=True)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=_budget(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_SUBSET_EVENT, min_size=1, max_size=6), st.integers(0, 2), st.data())
 def test_damaged_runs_are_taken_only_where_the_python_decoder_takes_them(events, layout, data):
     run = bytearray(_encoded(events, layout))

@@ -15,7 +15,7 @@ from ddpprof.graph.build import step_graphs
 from ddpprof.graph.contended import Roles, Tax
 from ddpprof.graph.edit import CollectiveCost, RankGradients, Rebucket, WorldSize
 from ddpprof.graph.model import EdgeKind, Node, NodeKind, recorded_graph
-from ddpprof.graph.path import critical_path, step_length_us
+from ddpprof.graph.path import critical_path, period_us, replay, step_length_us
 from ddpprof.graph.whatif import Edit, Outcome, overlap_pct, replay_edited
 from ddpprof.metrics.cost import CostModel
 from ddpprof.trace.loader import load
@@ -269,9 +269,11 @@ def test_an_unedited_replay_is_the_recording(graph, tax):
     for i, node in enumerate(graph.nodes):
         assert outcome.schedule.start_us[i] == pytest.approx(node.start_us, abs=1e-6)
         assert outcome.schedule.end_us[i] == pytest.approx(node.end_us, abs=1e-6)
-    # and its critical path's split sums to its step
+    # and its critical path's split sums to its length, its step is the recorded one's
     path = critical_path(outcome.graph, schedule=outcome.schedule)
-    assert sum(path.split_us.values()) == pytest.approx(outcome.step_us, abs=1e-6)
+    assert sum(path.split_us.values()) == pytest.approx(
+        step_length_us(outcome.graph, outcome.schedule), abs=1e-6)
+    assert outcome.step_us == pytest.approx(period_us(graph, replay(graph)), abs=1e-6)
 
 
 @settings(max_examples=150, deadline=None)
@@ -291,7 +293,8 @@ def test_faster_work_never_lengthens_the_step(graph, tax, pct):
 def test_an_edited_replays_path_tiles_its_step(graph, tax, compute_pct, network_pct):
     outcome = replay_edited(graph, tax, [Edit("faster", "compute", compute_pct),
                                          Edit("faster-network", "", network_pct)])
-    assert outcome.step_us == pytest.approx(step_length_us(outcome.graph, outcome.schedule))
+    assert outcome.step_us == pytest.approx(period_us(outcome.graph, outcome.schedule))
     path = critical_path(outcome.graph, schedule=outcome.schedule)
-    assert path.length_us == pytest.approx(outcome.step_us, abs=1e-6)
+    assert path.length_us == pytest.approx(step_length_us(outcome.graph, outcome.schedule),
+                                           abs=1e-6)
     assert sum(path.split_us.values()) == pytest.approx(path.length_us, abs=1e-6)

@@ -178,7 +178,7 @@ def test_a_calibration_beside_the_run_is_used(tmp_path):
     runs = tmp_path / "runs"
     run = bucketed_run(runs)
     _calibration(runs / "calibration.json")
-    simulation = simulate_run(run, [1.0], [2], allow_sweep=False)
+    simulation = simulate_run(run, [1.0], [2])
     assert simulation.cost.source == f"calibration {runs / 'calibration.json'}"
     assert (simulation.cost.alpha_us, simulation.cost.beta_bytes_per_us) == (10.0, 1000.0)
     # the run's transfers (100 µs each) over the model's (10 + 100): its cost level
@@ -188,7 +188,7 @@ def test_a_calibration_beside_the_run_is_used(tmp_path):
     tax = OverlapTax([TaxRow("compute", "all", "all", 30.0, 10.0, 50.0, 3, 5, 5),
                       TaxRow("communication", "all", "all", 100.0, -20.0, 200.0, 1, 4, 4)])
     _calibration(runs / "calibration.json", tax=TaxCalibration(run="elsewhere", tax=tax))
-    simulation = simulate_run(run, [1.0], [2], allow_sweep=False)
+    simulation = simulate_run(run, [1.0], [2])
     assert simulation.tax_source == "from the calibration (measured on elsewhere)"
     # the communication tax's interval holds 0: not told apart from none
     assert (simulation.tax.compute, simulation.tax.communication) == (
@@ -196,7 +196,7 @@ def test_a_calibration_beside_the_run_is_used(tmp_path):
     # one of another backend is passed over; the run's own collectives are of one size
     _calibration(runs / "calibration.json", backend="nccl")
     with pytest.raises(UsageError, match="single size"):
-        simulate_run(run, [1.0], [2], allow_sweep=False)
+        simulate_run(run, [1.0], [2])
 
 
 def _host(devices: list[str], nnodes: int = 1, host_cores: int | None = 2) -> RunManifest:
@@ -315,8 +315,7 @@ def test_every_variants_run_replays_its_recorded_steps(all_variants, tmp_path, d
         steps = [step_length_us(g, replay(g)) for g in graphs]
         assert [replay_edited(g, tax).step_us for g in graphs] == pytest.approx(steps,
                                                                               abs=1e-3)
-        simulation = simulate_run(runs / variant, [1.0, 25.0], [2], 1.0, 300.0,
-                                  allow_sweep=False)
+        simulation = simulate_run(runs / variant, [1.0, 25.0], [2], 1.0, 300.0)
         assert simulation.own.step_ms == pytest.approx(
             statistics.median(steps) / simulation.overhead_ratio / 1e3), variant
         # its overlap is analyze's over the same window (every analyzed step replayed)

@@ -311,6 +311,15 @@ def _ranks(config: RunConfig, fault: Fault) -> str | None:
     return None
 
 
+def _hang_kinds() -> tuple[FaultKind, ...]:
+    """The kinds that hang a run at step AMOUNT (``ddpprof hang``'s tests, in
+    workloads/hang_faults.py): ``analyze`` finds each from the ranks' Flight Recorder dumps."""
+    from .hang_faults import KINDS, inject, problem
+
+    return tuple(FaultKind(name, summary, "rank", "step", 4, True, ("hang",), True,
+                           problem=problem, inject=inject) for name, summary in KINDS)
+
+
 #: Every kind, by name. ``expected_codes`` are ``ddpprof.findings`` codes (docs/findings.md
 #: has the table).
 FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in (
@@ -344,6 +353,7 @@ FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in (
               ("comm_bound",), configure=_with_small_batch),
     FaultKind("host_bound", "AMOUNT tiny element-wise ops before each forward on every rank",
               "all", "ops", 3000, True, ("host_bound",), inject=_TinyOps),
+    *_hang_kinds(),
 )}
 
 

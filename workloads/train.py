@@ -13,9 +13,13 @@ from __future__ import annotations
 
 if __name__ == "__main__":
     # Before anything slow: die with torchrun, and stop now if it (or ddpprof) is already gone.
+    import signal
+
     from ddpprof.record.process import die_with_launcher
 
     die_with_launcher()
+    # The launcher's request for a Flight Recorder dump must not kill a rank still starting.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 import gc
 import gzip
@@ -47,6 +51,7 @@ from ddpprof.variants.base import COLLECTIVE_HOOKS, DataParallel
 
 from .data import BatchSource, build_data, checkpoint_tokenizer, shard
 from .faults import Injection, RankContext, RankFaults, from_env
+from .flight_recorder import FlightRecorder, dump_on_error
 from .memory import MemoryProbe, ProfiledPeaks, gather_figures
 from .models import build_model, compute_loss, count_parameters
 
@@ -179,6 +184,15 @@ def _planned_failure() -> tuple[int, int]:
     return int(rank), int(step)
 
 
+def every_group_times_out(timeout_s: float) -> None:
+    """Give the groups a variant made (a device mesh's) the run's ``--timeout-s``: c10d gives
+    them its default (30 minutes on gloo), so a collective stuck in one of them would outlast
+    the timeout the world group has."""
+    timeout = timedelta(seconds=timeout_s)
+    for group in list(dist.distributed_c10d._world.pg_map):
+        dist.distributed_c10d._set_pg_timeout(timeout, group)
+
+
 def _device_for(backend: str, local_rank: int) -> torch.device:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
@@ -213,6 +227,8 @@ def run(config: RunConfig, folder: RunFolder) -> None:
         dist.init_process_group(config.backend, timeout=timedelta(seconds=config.timeout_s),
                                 device_id=device if device.type == "cuda" else None)
     world_size = dist.get_world_size() if distributed else 1
+    if distributed and config.fr_buffer_size:
+        FlightRecorder(folder, rank).install()
     grad_accum = config.grad_accum or 1
 
     torch.manual_seed(config.seed + rank)  # the broadcast from rank 0 must make ranks agree
@@ -220,6 +236,8 @@ def run(config: RunConfig, folder: RunFolder) -> None:
     module.to(device)
     model = make_variant(config.variant, module, bucket_cap_mb=config.bucket_cap_mb,
                          gradient_as_bucket_view=config.gradient_as_bucket_view, tp=config.tp)
+    if distributed:
+        every_group_times_out(config.timeout_s)
     optimizer = model.make_optimizer(torch.optim.AdamW, lr=config.lr)
     memory = MemoryProbe(model, optimizer, device, sample_at_step=config.steps - 1)
     data = build_data(is_language_model=info.is_language_model, vocab_size=info.vocab_size,
@@ -314,6 +332,7 @@ def errors_recorded(run_dir: Path) -> Iterator[RunFolder]:
         yield folder
     except BaseException as error:
         if not isinstance(error, KeyboardInterrupt):
+            dump_on_error(error)
             _write_error(folder, error)
         raise
     finally:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..processes import die_with_parent, usable_cores
+from ..processes import die_with_parent, memory_room, usable_cores
 from ..trace import io
 
 #: How long a Dask analysis waits with no worker left before it gives up, rather than hang.
@@ -51,7 +51,11 @@ class LocalExecutor:
         is said on stderr."""
         wanted = self.jobs or self.cores
         workers, reason = min(wanted, self.cores), "the cores this process may use"
-        need = max((rank_memory_bytes(item) for item in items), default=0)
+        needs = [rank_memory_bytes(item) for item in items]
+        if self.jobs is None and all(needs) and sum(needs) - RANK_BASE_BYTES * len(needs) \
+                < SMALL_INPUT_BYTES:
+            return 1   # starting processes would take longer than the whole analysis here
+        need = max(needs, default=0)
         available = available_memory_bytes()
         if need and available is not None and available // need < workers:
             workers = max(1, available // need)
@@ -102,6 +106,11 @@ RANK_BASE_BYTES = 64 * 1024**2
 GZIP_RATIO = 10
 
 
+#: Local traces of less than this, all together (inflated), are analyzed in this process by
+#: default: a worker process costs more to start (its imports) than they take to analyze.
+SMALL_INPUT_BYTES = 16 << 20
+
+
 def rank_memory_bytes(item: Any) -> int:
     """About the most memory analyzing the local trace ``item`` takes, from its size alone (0
     for a URL, whose size is not asked for): a base, plus its JSON's size (the decoded columns
@@ -135,24 +144,10 @@ def rank_memory_bytes(item: Any) -> int:
 
 
 def available_memory_bytes() -> int | None:
-    """Memory this process may still use: the kernel's ``MemAvailable``, or less where a
-    cgroup (a container) limits it; None where neither can be read."""
-    found = []
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError):
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max":
-            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-            found.append(max(0, int(limit) - used))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
+    """Memory this process may still use (``processes.memory_room``: what is available, its
+    cgroup's limit, its address-space limit); None where none can be read."""
+    room = memory_room()
+    return room[0] if room else None
 
 
 class DaskExecutor:

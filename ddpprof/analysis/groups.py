@@ -20,7 +20,13 @@ import numpy as np
 
 from ..manifest import RunManifest
 from ..metrics.comm import CollectiveCalls
-from ..metrics.groups import GroupFigures, Imbalance, send_imbalance, split_imbalance
+from ..metrics.groups import (
+    GroupFigures,
+    Imbalance,
+    calls_by_group,
+    send_imbalance,
+    split_imbalance,
+)
 from ..metrics.waits import WaitSplit, matched_calls, wait_split
 from ..trace.args import host_from_name
 from .results import RankResult
@@ -98,9 +104,14 @@ def run_groups(results: list[RankResult], manifest: RunManifest) -> tuple[list[R
             group.per_rank[result.rank] = figures
             group.steps[result.rank] = max(result.steps, 1)
     hosts = hosts_of(manifest, results)
+    # each rank's calls split by group once: a run of many groups costs the calls, not
+    # groups × calls
     calls = {r.rank: r.calls for r in results}
+    by_group = {r.rank: {name: r.calls.subset(np.array(picked, dtype=np.int64))
+                         for name, picked in calls_by_group(r.calls).items()}
+                for r in results}
     for group in groups.values():
-        _across_ranks(group, calls, hosts)
+        _across_ranks(group, calls, by_group, hosts)
     notes = []
     if len(groups) > 1:   # (one group: its source is in the section, and nothing to tell apart)
         sources = {g.source for g in groups.values()} - {"none", "trace arguments"}
@@ -127,12 +138,12 @@ def _with_mesh(ranks: tuple[int, ...] | None, name: str, rank: int, manifest: Ru
     return tuple(range(world)) if name == "default" and world else None
 
 
-def _across_ranks(group: RunGroup, calls: dict[int, CollectiveCalls], hosts: Hosts | None
-                  ) -> None:
-    mine = {rank: calls[rank].subset(np.array([i for i in range(calls[rank].n)
-                                               if calls[rank].group_of(i).name == group.name],
-                                              dtype=np.int64))
-            for rank in group.per_rank}
+def _across_ranks(group: RunGroup, calls: dict[int, CollectiveCalls],
+                  by_group: dict[int, dict[str, CollectiveCalls]], hosts: Hosts | None) -> None:
+    """``by_group``: each rank's ``calls`` by group name."""
+    none = np.zeros(0, dtype=np.int64)
+    mine = {rank: by_group[rank][group.name] if group.name in by_group[rank]
+            else calls[rank].subset(none) for rank in group.per_rank}
     if len(mine) >= 2:
         waits = wait_split(mine)
         group.wait, group.straggler_rank = waits.by_rank, waits.slowest_rank

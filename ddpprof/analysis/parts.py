@@ -189,6 +189,20 @@ def _share(trace: RankTrace, windows: tuple[np.ndarray, np.ndarray], pieces: lis
                      shares.density.get(COMMUNICATION, empty))
 
 
+def device_step_bounds(start: np.ndarray, device: np.ndarray, launch_position: np.ndarray,
+                       n_steps: int, lo: float, hi: float) -> np.ndarray:
+    """Where each analyzed step begins and ends on the device (``n_steps + 1`` times): step k
+    begins where the first device record it launched started (``device``: the analyzed
+    device records; ``launch_position``: each event's step), the first at ``lo``, the last
+    ends at ``hi``; a step that launched nothing is empty. The steps tile ``[lo, hi]``."""
+    mine = device & (launch_position >= 1)
+    first = np.full(n_steps, np.inf)         # each step's first device event
+    np.minimum.at(first, launch_position[mine], start[mine])
+    first[0] = lo
+    first = np.where(np.isinf(first), -np.inf, first)   # a step without device work: empty
+    return np.clip(np.maximum.accumulate(np.append(first, hi)), lo, hi)
+
+
 def device_parts(trace: RankTrace, stream: np.ndarray, start: np.ndarray, end: np.ndarray,
                  selected: np.ndarray, kinds: np.ndarray, launch_us: np.ndarray,
                  launch_position: np.ndarray, analyzed: np.ndarray,
@@ -203,12 +217,8 @@ def device_parts(trace: RankTrace, stream: np.ndarray, start: np.ndarray, end: n
     step_names = [trace.names[trace.name_id[i]] for i in analyzed] or ["whole trace"]
     lo = min(float(start[selected].min()), float(calls.start_us.min()) if calls.n else np.inf)
     hi = max(float(end[selected].max()), float(calls.end_us.max()) if calls.n else -np.inf)
-    device = selected & (stream >= 0) & (launch_position >= 1)
-    first = np.full(n_steps, np.inf)         # each step's first device event
-    np.minimum.at(first, launch_position[device], start[device])
-    first[0] = lo
-    first = np.where(np.isinf(first), -np.inf, first)   # a step without device work: empty
-    bounds = np.clip(np.maximum.accumulate(np.append(first, hi)), lo, hi)
+    bounds = device_step_bounds(start, selected & (stream >= 0), launch_position, n_steps,
+                                lo, hi)
     windows = (bounds[:-1], bounds[1:])
     parts = _Parts()
     compute = np.flatnonzero(selected & (kinds == Kind.COMPUTE))

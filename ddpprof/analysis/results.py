@@ -114,6 +114,7 @@ class RunProblem:
     run: str
     error: str
     status: str | None = None       # "failed" / "interrupted" for a recording that did not end
+    folder: str | None = None       # the run's folder, where it has one
 
 
 @dataclass

@@ -22,13 +22,15 @@ from .results import Analysis, RankResult, RunProblem, RunResult, StepRow
 if TYPE_CHECKING:
     from ..findings import Finding
 
+#: 5: metrics named as everywhere else (``exposed_comm_pct``, was ``comm_overhead_pct``;
+#: ``bucket_cap_mib``, was ``bucket_cap_mb``: ``ddpprof.metrics.registry.RENAMED``);
 #: 4: ``process_groups`` of each run and rank; 3: ``step_ms`` and each run's ``profile``
 #: (``ddpprof diff``'s parts); version 2 reads the same without them.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Collective kinds that get columns of their own in every row (others are summed in
 #: ``other_collective_calls``).
 COLUMN_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-SHARES = ("compute_pct", "non_compute_pct", "idle_pct", "overlap_pct", "comm_overhead_pct")
+SHARES = ("compute_pct", "non_compute_pct", "idle_pct", "overlap_pct", "exposed_comm_pct")
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class RankMetrics:
     non_compute_pct: float
     idle_pct: float
     overlap_pct: float | None
-    comm_overhead_pct: float
+    exposed_comm_pct: float
     comm_ms_per_step: float
     exposed_comm_ms_per_step: float
     comm_transfer_ms_per_step: float | None   # see ddpprof.metrics.waits
@@ -120,7 +122,7 @@ def rank_row(rank: RankResult) -> RankRow:
         window_ms=b.window_us / 1e3, step_ms=b.window_us / 1e3 / steps,
         compute_ms=b.compute_us / 1e3,
         compute_pct=b.compute_pct, non_compute_pct=b.non_compute_pct, idle_pct=b.idle_pct,
-        overlap_pct=b.overlap_pct, comm_overhead_pct=b.comm_overhead_pct,
+        overlap_pct=b.overlap_pct, exposed_comm_pct=b.exposed_comm_pct,
         comm_ms_per_step=per_step(b.comm_us),
         exposed_comm_ms_per_step=per_step(b.exposed_comm_us),
         comm_transfer_ms_per_step=per_step(wait.transfer_us) if wait else None,
@@ -142,8 +144,8 @@ class ShareRange:
     idle_pct_max: float | None
     overlap_pct_min: float | None
     overlap_pct_max: float | None
-    comm_overhead_pct_min: float | None
-    comm_overhead_pct_max: float | None
+    exposed_comm_pct_min: float | None
+    exposed_comm_pct_max: float | None
 
     @classmethod
     def of(cls, members: list[RankMetrics]) -> ShareRange:
@@ -173,7 +175,7 @@ class RunRow:
     last_step: str
     global_batch: int | None
     grad_accum: int | None
-    bucket_cap_mb: float | None
+    bucket_cap_mib: float | None
     metrics: RankMetrics             # means over ranks
     share_range: ShareRange
     slowest_rank: int | None         # made the others wait the most (wait/transfer split)
@@ -225,7 +227,7 @@ def run_row(run: RunResult) -> RunRow:
         ranks=len(run.ranks), missing_ranks=ranges_text(run.missing_ranks), steps=first.steps,
         last_step=run.last_step.value, global_batch=config.global_batch if config else None,
         grad_accum=config.grad_accum if config else None,
-        bucket_cap_mb=config.bucket_cap_mb if config else None,
+        bucket_cap_mib=config.bucket_cap_mb if config else None,
         metrics=RankMetrics.mean(members), share_range=ShareRange.of(members),
         slowest_rank=run.slowest_rank,
         straggler_rank=run.slowest_rank if run.slowest_rank is not None else most_compute,
@@ -315,7 +317,7 @@ class StepShares:
     non_compute_pct: float
     idle_pct: float
     overlap_pct: float | None
-    comm_overhead_pct: float
+    exposed_comm_pct: float
 
     @classmethod
     def of(cls, run: str, rank: int, step: StepRow) -> StepShares:
@@ -325,7 +327,7 @@ class StepShares:
                    comm_us=b.comm_us, exposed_comm_us=b.exposed_comm_us,
                    compute_pct=b.compute_pct, non_compute_pct=b.non_compute_pct,
                    idle_pct=b.idle_pct, overlap_pct=b.overlap_pct,
-                   comm_overhead_pct=b.comm_overhead_pct)
+                   exposed_comm_pct=b.exposed_comm_pct)
 
     def step_json(self) -> dict[str, Any]:
         """The rank's ``per_step`` entry in the analyze JSON (without run and rank)."""

@@ -18,6 +18,7 @@ from ..errors import NotATrace, TraceError, UsageError
 from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
 from ..metrics.tax import overlap_tax
 from ..metrics.waits import wait_split
+from ..processes import out_of_memory
 from ..trace import classify, storage
 from ..trace.discover import RunInput, discover
 from ..trace.events import RankTrace
@@ -76,6 +77,8 @@ def _load_and_analyze(path: Location, options: AnalysisOptions, several: bool,
         return outcome
     except TraceError as error:
         return _Outcome(path, None, None, set(), None, error)
+    except MemoryError:     # one line through the parent, never a traceback
+        return _Outcome(path, None, None, set(), None, TraceError(path, out_of_memory()))
 
 
 def _analyze(trace: RankTrace, last_step: LastStep, options: AnalysisOptions) -> RankResult:
@@ -226,7 +229,7 @@ def _finish_run(name: str, run: RunInput, outcomes: list[_Outcome], notes: list[
     groups, group_notes = run_groups(results, run.manifest)
     notes = notes + group_notes
     step_note = _step_note(last_step, results[0].kind)
-    rank_notes = list(dict.fromkeys(n for r in results for n in r.notes))
+    rank_notes = merged_notes([n for r in results for n in r.notes])
     if options.engine == "hta":
         results = _with_hta(run, results, options.keep_last_step)
     tax = overlap_tax([(r.tax_samples, r.calls, transfer_start[r.rank])
@@ -321,7 +324,8 @@ def _analyze_found(found: list[RunInput], options: AnalysisOptions, executor: Ex
         status = effective_status(run.manifest)
         if status in INCOMPLETE:
             analysis.unfinished.append(RunProblem(
-                run.name, status_detail(run.manifest) or f"the recording is {status}", status))
+                run.name, status_detail(run.manifest) or f"the recording is {status}", status,
+                str(run.folder)))
             continue
         try:
             analysis.runs += analyze_run(run, options, executor, on_rank)
@@ -382,3 +386,25 @@ def analyze(path: str | Path, keep_last_step: bool = False) -> pandas.DataFrame:
     if analysis.errors:
         raise UsageError("; ".join(e.error for e in analysis.errors))
     return pandas.DataFrame([run_row(run).to_dict() for run in analysis.runs])
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def merged_notes(notes: list[str]) -> list[str]:
+    """The ranks' notes, each once: notes that differ only in their numbers (the same
+    finding on several ranks) become one, each number a range over the ranks
+    (``354 to 1041 device records ...``), in the order first seen."""
+    groups: dict[str, list[list[str]]] = {}
+    for note in dict.fromkeys(notes):
+        groups.setdefault(_NUMBER.sub("#", note), []).append(_NUMBER.findall(note))
+    merged = []
+    for template, numbers in groups.items():
+        parts = template.split("#")
+        text = parts[0]
+        for k, rest in enumerate(parts[1:]):
+            values = [row[k] for row in numbers]
+            low, high = min(values, key=float), max(values, key=float)
+            text += (low if low == high else f"{low} to {high}") + rest
+        merged.append(text)
+    return merged

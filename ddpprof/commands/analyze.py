@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .. import progress
 from ..analysis import AnalysisOptions, analyze_paths, to_json_document
 from ..findings import findings
+from ..hang.finding import hang_findings
 from ..report import console
 from ..report.output import Output, Outputs
 from ..simulate.advice import cap_advice_for_runs
@@ -40,8 +41,11 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
     outputs.check(page_name, files=[*(Path(r.path) for run in analysis.runs for r in run.ranks),
                                     *(Path(run.folder) / "run.json" for run in analysis.runs)],
                   what="a trace being analyzed")
-    advice = findings(analysis.runs, cap_advice_for_runs(analysis.runs))
-    tables = [console.run_table(analysis, advice)]
+    # a run that hung: its Flight Recorder dumps' diagnosis comes first
+    advice = hang_findings(analysis.unfinished) + findings(
+        analysis.runs, cap_advice_for_runs(analysis.runs))
+    runs_table, flagged = console.run_table(analysis, advice)
+    tables = [runs_table]
     if (groups := console.group_table(analysis)) is not None:
         tables.append(groups)
     if options.per_step:
@@ -67,6 +71,6 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
                              critical.figures() if critical is not None else ())
 
     return Output(document, tables if analysis.runs else [],
-                  sections, notes=console.note_lines(analysis),
+                  sections, notes=[*console.note_lines(analysis), *flagged],
                   page=page if analysis.runs else None, page_name=page_name,
                   title="ddpprof analyze", errors=errors, exit_code=2 if errors else 0)

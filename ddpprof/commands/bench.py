@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..record.config import RunConfig
 from ..report.output import Output, Outputs
 from ..report.table import Table
 from . import require_record_extra
+
+if TYPE_CHECKING:
+    from ..bench import BenchRow
 
 
 def bench(models: list[str], variants: list[str], nprocs: list[int], repeats: int,
@@ -26,7 +31,8 @@ def bench(models: list[str], variants: list[str], nprocs: list[int], repeats: in
         validate(Recording(variants, base.config.replace(model=model), out=out))
     rows = benching.bench(models, variants, nprocs, base, repeats, warmup_steps, overhead)
     document = benching.BenchDocument(repeats, warmup_steps, global_batch, steps, rows)
-    table = Table(benching.COLUMNS, rows)
+    shown, notes = checked_speedups(rows)
+    table = Table(benching.COLUMNS, shown)
 
     def page() -> str:
         from ..report.pages import bench_page
@@ -34,4 +40,22 @@ def bench(models: list[str], variants: list[str], nprocs: list[int], repeats: in
         return bench_page(document, table)
 
     return Output(document, [table], page=page, page_name="bench", title="ddpprof bench",
-                  ran=True)
+                  notes=notes, ran=True)
+
+
+def checked_speedups(rows: list[BenchRow]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows as the table shows them: a speedup beyond the process count (and its
+    efficiency) as ``console.FLAGGED``, with a note saying why (``ddpprof.sanity``); the
+    JSON keeps the numbers."""
+    from .. import sanity
+    from ..report.console import FLAGGED
+
+    shown, notes = [], []
+    for row in rows:
+        line = asdict(row)
+        flag = sanity.speedup("speedup", row.speedup, row.nproc)
+        if flag is not None:
+            line.update(speedup=FLAGGED, efficiency=FLAGGED)
+            notes.append(flag.note(f"{row.model} {row.variant} x{row.nproc}"))
+        shown.append(line)
+    return shown, notes

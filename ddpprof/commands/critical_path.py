@@ -22,6 +22,7 @@ from ..graph.contended import Tax
 from ..graph.model import StepGraph
 from ..graph.summary import CriticalPathDocument, StepPath, run_paths
 from ..graph.whatif import Edit, parse_edits
+from ..options import check_rank_edits
 from ..report.console import note_lines
 from ..report.output import Output, Outputs, Section
 from ..report.table import Table
@@ -38,19 +39,23 @@ def edits_of(faster: Sequence[str], faster_network: Sequence[str],
 
 
 def critical_paths(analysis: Analysis, edits: list[list[Edit]]
-                   ) -> tuple[list[StepPath], dict[str, list[StepGraph]], list[str]]:
+                   ) -> tuple[list[StepPath], dict[str, list[StepGraph]], list[str],
+                              dict[str, Tax]]:
     """The critical path of every analyzed step of every run of ``analysis`` (analyzed with
-    ``AnalysisOptions.step_graphs``: each rank's share of the graphs came with it)."""
+    ``AnalysisOptions.step_graphs``: each rank's share of the graphs came with it), and each
+    run's overlap tax (what its replays run under)."""
     steps: list[StepPath] = []
     graphs: dict[str, list[StepGraph]] = {}
+    taxes: dict[str, Tax] = {}
     notes: list[str] = []
     for run in analysis.runs:
         ranks = {r.rank: r.graph_steps or [] for r in run.ranks}
-        tax = Tax.measured(run.overlap_tax, []) if edits else None
-        found, graphs[run.name], run_notes = run_paths(run.name, ranks, edits, tax)
+        taxes[run.name] = Tax.measured(run.overlap_tax, [])
+        found, graphs[run.name], run_notes = run_paths(run.name, ranks, edits,
+                                                       taxes[run.name] if edits else None)
         steps += found
         notes += run_notes
-    return steps, graphs, notes
+    return steps, graphs, notes, taxes
 
 
 def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[str],
@@ -76,7 +81,10 @@ def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[s
     outputs.check(page_name, files=inputs, what="a trace being analyzed")
     if graph_json is not None:
         refuse_inputs({"--graph-json": graph_json}, files=inputs, what="a trace being analyzed")
-    steps, graphs, notes = critical_paths(analysis, edits)
+    for run in analysis.runs:
+        check_rank_edits((e for chosen in edits for e in chosen), (r.rank for r in run.ranks),
+                         f"run {run.name!r}")
+    steps, graphs, notes, _ = critical_paths(analysis, edits)
     errors = [error.error for error in analysis.errors]
     if not errors and not steps:
         errors.append("no step of any run could be analyzed")
@@ -111,6 +119,7 @@ class AnalyzedPaths:
     steps: list[StepPath]
     graphs: dict[str, list[StepGraph]]
     notes: list[str]
+    taxes: dict[str, Tax]
 
     @classmethod
     def of(cls, analysis: Analysis) -> AnalyzedPaths:
@@ -125,7 +134,7 @@ class AnalyzedPaths:
                 for run, graphs in self.graphs.items() if graphs][:MAX_FIGURES]
 
     def told(self, findings: list[Finding]) -> list[Finding]:
-        return with_critical_path(findings, self.steps)
+        return with_critical_path(findings, self.steps, self.graphs, self.taxes)
 
     def add_to(self, document: dict[str, Any], tables: list[Table], sections: list[Section]
                ) -> None:

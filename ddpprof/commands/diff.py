@@ -20,7 +20,8 @@ from ..trace.storage import Location, location_of, name
 
 
 class DiffDocument(msgspec.Struct, kw_only=True):
-    """``ddpprof diff --json``: every pair of sides compared."""
+    """``ddpprof diff --json``: every pair of sides compared; ``noise``: the run-to-run prior
+    offered, which each pair uses only where it holds (its ``noise_source``)."""
 
     before: str
     after: str
@@ -29,7 +30,7 @@ class DiffDocument(msgspec.Struct, kw_only=True):
     pairs: list[PairDiff]
     notes: list[str] = []
     schema: str = "ddpprof.diff"
-    version: int = 1
+    version: int = 2
 
 
 def diff(before: str, after: str, significance: float, keep_last_step: bool,
@@ -72,8 +73,10 @@ def diff(before: str, after: str, significance: float, keep_last_step: bool,
 
     intro = [line for p in pairs for line in report.summary_lines(p, significance)]
     changed = sum(p.verdict == "significant change" for p in pairs)
-    summary = (f"{changed} of {len(pairs)} pairs changed beyond the noise" if len(pairs) > 1
-               else pairs[0].verdict)
+    unknown = sum(p.noise_source == "none" for p in pairs)
+    summary = (f"{changed} of {len(pairs)} pairs changed beyond the noise"
+               + (f", {unknown} without a verdict (one step a side and no repeats)"
+                  if unknown else "") if len(pairs) > 1 else pairs[0].verdict)
 
     def page() -> str:
         return report.render_page(pairs, f"ddpprof diff: {before} → {after}", significance,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import gate as gating
+from .. import progress
 from ..diff.noise import DEFAULT_NOISE, RunNoise
 from ..errors import UsageError
 from ..report.output import Output, Outputs, Section
@@ -66,9 +67,10 @@ def gate(current: Path, baseline: Path, rules: list[str], tolerance: float, aggr
          significance: float | None, run_noise_pct: float | None, outputs: Outputs) -> Output:
     outputs.check("gate", files=[current, baseline], what="an input of the gate")
     parsed = [gating.parse_rule(text) for text in rules or (gating.DEFAULT_RULE,)]
-    notes: list[str] = []
-    now = gating.load_runs(current, notes=notes,
-                           with_findings=any(r.metric.startswith("findings") for r in parsed))
+    notes: list[str] = gating.deprecated_names(parsed)
+    with progress.working(outputs.quiet or current.is_file(), f"analyzing {current}"):
+        now = gating.load_runs(current, notes=notes, with_findings=any(
+            r.metric.startswith("findings") for r in parsed))
     before = gating.load_runs(baseline, must_be_json=True)
     if aggregate == "median":
         now, before = gating.aggregate(now), gating.aggregate(before)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import memory as estimator
+from .. import progress
 from ..errors import UsageError
 from ..report.output import Output, Outputs
 from ..trace.discover import run_files
@@ -23,7 +24,8 @@ def memory(run_paths: list[Path], models: list[str], model_path: Path | None,
         found = estimator.find_runs(run_paths)
         outputs.check("memory", files=[f for path in found for f in run_files(path)],
                       what="a file of a run being read")
-        runs = [estimator.compare_run(path) for path in found]
+        with progress.working(outputs.quiet, "reading the runs"):
+            runs = [estimator.compare_run(path) for path in found]
         worst = max(runs, key=lambda run: max(abs(r.error_pct) for r in run.ranks))
         return Output(estimator.comparison_document(runs), [estimator.comparisons_table(runs)],
                       title="ddpprof memory", notes=[
@@ -38,7 +40,8 @@ def memory(run_paths: list[Path], models: list[str], model_path: Path | None,
     if model_path is not None and len(models) > 1:
         raise UsageError("--model-path counts one model: give at most one --model to name it")
     names: list[str | None] = [*models] or [None]
-    labelled = [estimator.model_parameters(model, model_path) for model in names]
+    with progress.working(outputs.quiet, "counting parameters"):
+        labelled = [estimator.model_parameters(model, model_path) for model in names]
     estimates = [(label, estimate) for label, parameters in labelled for world in world_sizes
                  for estimate in estimator.estimate_table(
                      parameters, world, tuple(precisions or estimator.PRECISIONS),

@@ -7,9 +7,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import progress
 from ..errors import UsageError
 from ..report.output import Output, Outputs, Section
-from ..report.table import Table, terminal_text
+from ..report.table import Column, Table, columns, terminal_text
+from ..trace.storage import location_of, report_name
+
+#: The table of the predictions (``SimulateRow``), named as every other command names them.
+COLUMNS = [*columns("variant", "world_size", "bucket_cap_mib", "step_ms"),
+           Column("exposed_comm_ms_per_step"),
+           *columns("overlap_pct", "efficiency", "measured_step_ms", "error_pct",
+                    wide=("buckets", "recorded"))]
 
 
 def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int],
@@ -27,18 +35,20 @@ def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int
         raise UsageError("--bandwidth-gbps and --latency-us go together")
     if calibration is not None and bandwidth_gbps is not None:
         raise UsageError("--calibration, or --bandwidth-gbps with --latency-us: not both")
-    outputs.check("simulate", what="an input of simulate", files=[
+    page_name = f"{report_name(location_of(str(run_path)))}-simulate"
+    outputs.check(page_name, what="an input of simulate", files=[
         *(f for f in (measured, calibration) if f),
         *(run_path.glob("*.json*") if run_path.is_dir() else [run_path])])
 
     def note(text: str) -> None:
         print(terminal_text(f"simulate: {text}"), file=sys.stderr, flush=True)
 
-    result = simulate_run(run_path, bucket_caps_mib, world_sizes or None, bandwidth_gbps,
+    with progress.working(outputs.quiet, f"simulating {run_path}"):
+        result = simulate_run(run_path, bucket_caps_mib, world_sizes or None, bandwidth_gbps,
                               latency_us, measured, calibration, ready_order, keep_last_step,
                               on_note=note, edits=edits, shared_cores=shared_cores)
     summary = sim_output.summary_lines(result)
-    table = Table(sim_output.COLUMNS, result.rows)
+    table = Table(COLUMNS, result.rows)
 
     def page() -> str:
         from ..report.pages import simulate_page
@@ -47,4 +57,4 @@ def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int
 
     return Output(sim_output.to_json_document(result), [table],
                   [Section(None, sim_output.verdict_lines(result))],
-                  intro=summary, page=page, page_name="simulate", title="ddpprof simulate")
+                  intro=summary, page=page, page_name=page_name, title="ddpprof simulate")

@@ -13,27 +13,39 @@ import msgspec
 
 from ..analysis.parts import PartKey
 from ..record.config import encode_hook
-from .noise import DEFAULT_NOISE, RunNoise, difference, interval, side
+from .noise import (
+    DEFAULT_NOISE,
+    RunNoise,
+    Setup,
+    Source,
+    difference,
+    interval,
+    noise_source,
+    side,
+)
 from .profile import RunProfile
 
 #: Items listed under each of the parts that moved the most: those that moved the most.
 TOP_MOVED, TOP_PARTS = 5, 6
 STEP = PartKey("step")
+#: A pair's verdict where no noise estimate exists.
+NO_VERDICT = "no verdict: one step a side and no repeats"
 Key = TypeVar("Key", bound=Hashable)
 Row = TypeVar("Row")
 
 
 class Delta(msgspec.Struct, frozen=True):
     """One quantity (the step, or one part) before and after, in ms per step (means over each
-    side's recordings), the change and its simultaneous interval."""
+    side's recordings), the change and its simultaneous interval (None: no noise estimate,
+    so no verdict)."""
 
     part: PartKey
     label: str
     before_ms: float
     after_ms: float
     delta_ms: float
-    low_ms: float
-    high_ms: float
+    low_ms: float | None
+    high_ms: float | None
     significant: bool             # the interval holds no zero
     of_step_delta_pct: float | None = None  # the change as a share of the step's change
     rank: int | None = None       # where per-rank rows exist: the rank it moved most on
@@ -41,6 +53,8 @@ class Delta(msgspec.Struct, frozen=True):
 
     @property
     def verdict(self) -> str:
+        if self.low_ms is None:
+            return "no verdict"
         return "changed" if self.significant else "within noise"
 
     @property
@@ -110,8 +124,11 @@ class PairDiff(msgspec.Struct, kw_only=True):
     step: Delta
     parts: list[Delta]                  # by size of the change, largest first
     unattributed_ms: float              # step change − Σ part changes (floating point)
-    verdict: str                        # "significant change" or "no significant change"
-    noise: str                          # where the intervals' noise came from
+    #: "significant change", "no significant change" or, with no noise estimate,
+    #: ``NO_VERDICT``
+    verdict: str
+    noise_source: Source                # prior, repeats, steps or none (``diff.noise``)
+    noise: str                          # where the intervals' noise came from, in words
     items: list[ItemDelta]
     collectives: list[CollectiveDelta]
     buckets: list[BucketDelta]
@@ -132,8 +149,7 @@ def part_values(profiles: Sequence[RunProfile], key: PartKey
         if key == STEP:
             means.append(profile.step_ms)
             series.append(profile.step_series_ms)
-        elif key in profile.parts:
-            k = profile.parts.index(key)
+        elif (k := profile.part_index.get(key)) is not None:
             means.append(profile.part_ms[k])
             series.append(profile.part_series_ms[k])
         else:
@@ -152,7 +168,8 @@ def _rank_move(before: Sequence[RunProfile], after: Sequence[RunProfile], key: P
             if p.rank_part_ms is None or p.rank_step_ms is None:
                 return None
             values = p.rank_step_ms if key == STEP else (
-                p.rank_part_ms[p.parts.index(key)] if key in p.parts else [0.0] * len(p.ranks))
+                p.rank_part_ms[p.part_index[key]] if key in p.part_index
+                else [0.0] * len(p.ranks))
             for rank, value in zip(p.ranks, values, strict=True):
                 rows.setdefault(rank, []).append(value)
         return {rank: statistics.fmean(v) for rank, v in rows.items()}
@@ -165,35 +182,71 @@ def _rank_move(before: Sequence[RunProfile], after: Sequence[RunProfile], key: P
     return rank, moves[rank]
 
 
-def _noise_source(before: Sequence[RunProfile], after: Sequence[RunProfile],
-                  noise: RunNoise) -> str:
+def _prior_note(profiles: Sequence[RunProfile], noise: RunNoise | None) -> str:
+    """Why the prior holds for the recordings of both sides, or why not (the first recording
+    not recorded like it)."""
+    if noise is None:
+        return "no run-to-run prior offered"
+    if noise.recorded is None:
+        return f"the run-to-run prior given ({noise.describe()})"
+    for profile in profiles:
+        if (setup := Setup.of(profile)) != noise.recorded:
+            return (f"no run-to-run prior: run {profile.run} is {setup.describe()}, and the "
+                    f"CPU prior holds only for runs recorded like its own "
+                    f"({noise.recorded.describe()})")
+    return (f"the run-to-run prior of runs recorded like these, {noise.recorded.describe()} "
+            f"({noise.describe()})")
+
+
+def noise_words(before: Sequence[RunProfile], after: Sequence[RunProfile],
+                noise: RunNoise | None, source: Source) -> str:
+    """Where a pair's noise came from, in words (``docs/diff.md#noise``)."""
     counts = f"{len(before)} and {len(after)} recordings"
-    steps = min(len(p.step_series_ms) for p in [*before, *after])
-    repeats = " and the repeats' spread" if max(len(before), len(after)) >= 2 else ""
-    return (f"{counts}, {steps}+ steps each: the steps' scatter{repeats} and the run-to-run "
-            f"prior ({noise.relative:.0%} of a part, at least {noise.of_step:.1%} of the step, "
-            f"{noise.waiting_of_step:.0%} of it for waiting; {noise.measured})")
+    steps = [len(p.step_series_ms) for p in [*before, *after]]
+    prior = _prior_note([*before, *after], noise)
+    if source == "prior":
+        repeats = " and the repeats' spread" if max(len(before), len(after)) >= 2 else ""
+        return f"{counts}, {min(steps)}+ steps each: the steps' scatter{repeats} and {prior}"
+    if source == "repeats":
+        return (f"{counts}: the spread of the repeats' means (it holds the run-to-run noise "
+                f"and the steps' scatter); {prior}")
+    if source == "steps":
+        a, b = len(before[0].step_series_ms), len(after[0].step_series_ms)
+        lone = "" if min(a, b) >= 2 else (
+            f"; the one step of {(before if a < 2 else after)[0].run} is taken to scatter as "
+            "the other side's steps do")
+        return (f"one recording a side, {a} and {b} steps: the steps' scatter only (Student's "
+                f"t on the steps{lone}), run-to-run noise NOT included: record repeats to "
+                f"include it; {prior}")
+    return (f"none: one step a side and no repeats, so no noise estimate exists and no verdict "
+            f"is made (record several steps or repeats); {prior}")
 
 
 def diff_pair(before: Sequence[RunProfile], after: Sequence[RunProfile],
-              significance: float = 0.95, noise: RunNoise = DEFAULT_NOISE,
+              significance: float = 0.95, noise: RunNoise | None = DEFAULT_NOISE,
               names: tuple[str, str] = ("A", "B")) -> PairDiff:
     """Compare two sides, each one recording or repeats of one configuration; ``names``:
-    what to call the sides."""
+    what to call the sides. ``noise``: the run-to-run prior (None: none offered), used where
+    it holds for both sides; :func:`ddpprof.diff.noise.noise_source` says where the noise
+    comes from."""
     keys = list(dict.fromkeys(k for p in [*before, *after] for k in p.parts))
     present = [k for k in keys if any(
         abs(part_values(side, k)[0][i]) > 0 for side in (before, after)
         for i in range(len(side)))]
     alpha = (1 - significance) / (1 + len(present))    # Bonferroni over step and parts
+    source = noise_source(before, after, noise)
+    prior = noise if source == "prior" else None
 
     def delta(key: PartKey, label: str) -> Delta:
         waiting = key.group == "waiting"
-        a = side(*part_values(before, key), noise, waiting)
-        b = side(*part_values(after, key), noise, waiting)
-        found = difference(a, b, noise.prior_runs)
-        assert found is not None        # a profile always has its prior
-        span = interval(found, alpha)
+        a = side(*part_values(before, key), prior, waiting)
+        b = side(*part_values(after, key), prior, waiting)
+        found = difference(a, b, prior.prior_runs if prior else None)
         rank, moved = _rank_move(before, after, key)
+        if found is None:               # source "none": no noise estimate
+            return Delta(key, label, a.mean, b.mean, b.mean - a.mean, None, None, False,
+                         rank=rank, rank_delta_ms=moved)
+        span = interval(found, alpha)
         return Delta(key, label, a.mean, b.mean, span.delta, span.low, span.high,
                      span.significant, rank=rank, rank_delta_ms=moved)
 
@@ -205,16 +258,17 @@ def diff_pair(before: Sequence[RunProfile], after: Sequence[RunProfile],
         parts.append(msgspec.structs.replace(part, of_step_delta_pct=share))
     parts.sort(key=lambda d: -abs(d.delta_ms))
     changed = step.significant or any(p.significant for p in parts)
-    notes = _unprofiled_note(before, after)
+    verdict = NO_VERDICT if source == "none" else \
+        "significant change" if changed else "no significant change"
     return PairDiff(
         before=names[0], after=names[1],
         before_runs=[p.run for p in before], after_runs=[p.run for p in after],
         kind=before[0].kind, config_changes=config_changes(before[0], after[0]), step=step,
         parts=parts, unattributed_ms=step.delta_ms - sum(p.delta_ms for p in parts),
-        verdict="significant change" if changed else "no significant change",
-        noise=_noise_source(before, after, noise), items=moved_items(before, after, parts),
-        collectives=collective_deltas(before, after), buckets=bucket_deltas(before, after),
-        notes=notes)
+        verdict=verdict, noise_source=source,
+        noise=noise_words(before, after, noise, source),
+        items=moved_items(before, after, parts), collectives=collective_deltas(before, after),
+        buckets=bucket_deltas(before, after), notes=_unprofiled_note(before, after))
 
 
 def _unprofiled_note(before: Sequence[RunProfile], after: Sequence[RunProfile]) -> list[str]:

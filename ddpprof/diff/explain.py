@@ -57,7 +57,7 @@ def contributor(diff: PairDiff, part: Delta) -> str:
     """One part's change, with its telling detail."""
     text = f"{part.label} {_ms(part.delta_ms)} per step"
     if not part.significant:
-        text += " (within noise)"
+        text += f" ({part.verdict})"      # within noise, or no verdict
     details: list[str] = []
     if part.part.group == "communication" or part.part == COMMUNICATION_CALLS:
         details = _communication_details(diff, part)

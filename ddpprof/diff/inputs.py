@@ -16,12 +16,13 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..analysis_document import ANALYZE_SCHEMA, analyzed_runs
 from ..errors import UsageError
-from ..gate import ANALYZE_SCHEMA, ConfigKey
+from ..gate import ConfigKey
 from ..json_input import read_json_bytes
 from ..trace.io import open_regular
 from ..trace.storage import Location, location_of
-from .profile import RunProfile, profile_of_row
+from .profile import RunProfile
 
 
 def is_analysis_document(path: Location) -> bool:
@@ -38,24 +39,21 @@ def is_analysis_document(path: Location) -> bool:
 
 
 def profiles_of_document(path: Path) -> list[RunProfile]:
-    """The profiles of an ``analyze --json`` document's runs."""
+    """The profiles of an ``analyze --json`` document's runs, checked against the document's
+    schema (``gate.analyzed_runs``: lengths that agree, parts in range, numbers finite and
+    bounded)."""
     try:
         document = json.loads(read_json_bytes(path))
     except (ValueError, RecursionError) as error:
         raise UsageError(f"{path}: not JSON ({error})") from None
-    if not isinstance(document, dict) or document.get("schema") != ANALYZE_SCHEMA or \
-            not isinstance(document.get("runs"), list):
-        raise UsageError(f"{path}: not a `ddpprof analyze --json` file")
+    decoded, runs = analyzed_runs(document, str(path))
     profiles = []
-    for row in document["runs"]:
-        if not isinstance(row, dict):
-            raise UsageError(f"{path}: a run is not an object")
-        profile = profile_of_row(row, str(path))
-        if profile is None:
-            raise UsageError(f"{path}: run {row.get('run')!r} has no profile section (analyze "
-                             f"schema version {document.get('version')}, from an older "
-                             "ddpprof): run `ddpprof analyze --json` again")
-        profiles.append(profile)
+    for run in runs:
+        if run.profile is None:
+            raise UsageError(f"{path}: run {run.run!r} has no profile section (analyze "
+                             f"schema version {decoded.version}, from an older ddpprof): run "
+                             "`ddpprof analyze --json` again")
+        profiles.append(run.profile)
     if not profiles:
         raise UsageError(f"{path}: no run")
     return profiles

@@ -15,21 +15,25 @@ section of an ``analyze --json`` document (:func:`profile_of_row`), which holds 
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Iterable
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
+from msgspec import Meta
 
 from ..analysis.parts import PartKey, RankParts
 from ..analysis.results import RankResult, RunResult
 from ..errors import UsageError
 from ..manifest import RunMeasurements, validation_problem
-from ..metrics.comm import CollectiveCalls, collective_stats
+from ..metrics.comm import collective_stats
 from ..metrics.partition import cut, density_integral
 from ..metrics.waits import CallWaits, call_waits
+from ..options import MAX_RANKS as WORLD_MAX
 from ..record.config import RunConfig, decode_hook, encode_hook
+from ..trace.names import MAX_NAME_CHARS
 
 #: Bounds of the ``profile`` section of ``analyze --json``: the items of each part (the rest
 #: are summed), the steps of the per-step series, the ranks with a row of their own.
@@ -37,27 +41,41 @@ TOP_ITEMS = 10
 MAX_STEPS = 512
 MAX_RANKS = 512
 
+# What a profile read back may hold (``profile_of_row``): finite numbers within physical
+# bounds, so that the noise model's squares and sums stay finite. A step of at most 10⁹ ms
+# (11 days); a part's time the same either way (a part may come out a hair below zero from
+# floating point); calls per step, bytes per call and GB/s far beyond any machine's.
+MAX_MS = 1e9
+Ms = Annotated[float, Meta(ge=-MAX_MS, le=MAX_MS)]
+StepMs = Annotated[float, Meta(ge=0, le=MAX_MS)]
+PerStep = Annotated[float, Meta(ge=0, le=1e15)]
+Bytes = Annotated[float, Meta(ge=0, le=1e18)]
+Gbps = Annotated[float, Meta(ge=0, le=1e12)]
+Index = Annotated[int, Meta(ge=0, le=2**31)]
+Rank = Annotated[int, Meta(ge=0, lt=WORLD_MAX)]
+Name = Annotated[str, Meta(max_length=MAX_NAME_CHARS)]
+
 
 class ProfileItem(msgspec.Struct, frozen=True):
     """A kernel or op inside a part: ms per step (mean over ranks) and calls per step."""
 
-    part: int
-    name: str
-    shape: str
-    ms_per_step: float
-    calls_per_step: float
+    part: Index                         # in the profile's ``parts``
+    name: Name
+    shape: Name
+    ms_per_step: Ms
+    calls_per_step: PerStep
 
 
 class CollectiveItem(msgspec.Struct, frozen=True):
     """One kind of collective in one process group (its name, ``dp``; "" for the default): calls
     and time per step, bytes per call and bus bandwidth (``metrics.comm``), mean over ranks."""
 
-    kind: str
-    process_group: str
-    calls_per_step: float
-    ms_per_step: float
-    bytes_per_call: float | None
-    busbw_gbps: float | None
+    kind: Name
+    process_group: Name
+    calls_per_step: PerStep
+    ms_per_step: StepMs
+    bytes_per_call: Bytes | None
+    busbw_gbps: Gbps | None
 
 
 class BucketItem(msgspec.Struct, frozen=True):
@@ -65,34 +83,74 @@ class BucketItem(msgspec.Struct, frozen=True):
     its size, its launch after the step's first gradient was ready (its place in backward),
     its all-reduce's length and its part after backward ended."""
 
-    index: int
-    size_bytes: int | None
-    launch_in_backward_ms: float | None
-    duration_ms: float
-    exposed_ms: float
+    index: Index
+    size_bytes: Annotated[int, Meta(ge=0, le=2**62)] | None
+    launch_in_backward_ms: Ms | None
+    duration_ms: StepMs
+    exposed_ms: StepMs
 
 
-class RunProfile(msgspec.Struct, kw_only=True):
-    """One run's steps as parts (times in ms, per step; see the module's docstring)."""
+class RunProfile(msgspec.Struct, kw_only=True, dict=True):
+    """One run's steps as parts (times in ms, per step; see the module's docstring). Its
+    lists agree (:meth:`__post_init__`): a value per part, per step, per rank, and items that
+    name a part of ``parts``."""
 
     run: str
     kind: str                                   # "gpu" or "cpu"
-    ranks: list[int]
-    step_ms: float                              # mean over ranks of each rank's mean step
+    backend: Name | None = None                 # the traces' distributedInfo.backend
+    ranks: list[Rank]
+    step_ms: StepMs                             # mean over ranks of each rank's mean step
     parts: list[PartKey]
-    part_ms: list[float]                        # the same mean, per part: sums to step_ms
-    steps: list[str]                            # the per-step series' steps
-    step_series_ms: list[float]                 # per step, mean over ranks
-    part_series_ms: list[list[float]]           # [part][step]
-    rank_step_ms: list[float] | None = None     # per rank (in ``ranks`` order)
-    rank_part_ms: list[list[float]] | None = None   # [part][rank]
+    part_ms: list[Ms]                           # the same mean, per part: sums to step_ms
+    steps: list[Name]                           # the per-step series' steps
+    step_series_ms: list[StepMs]                # per step, mean over ranks
+    part_series_ms: list[list[Ms]]              # [part][step]
+    rank_step_ms: list[StepMs] | None = None    # per rank (in ``ranks`` order)
+    rank_part_ms: list[list[Ms]] | None = None  # [part][rank]
     items: list[ProfileItem] = []
-    items_left_out_ms: list[float] | None = None    # per part: items not listed (bounded)
+    items_left_out_ms: list[Ms] | None = None   # per part: items not listed (bounded)
     collectives: list[CollectiveItem] = []
     buckets: list[BucketItem] = []
     config: RunConfig | None = None             # run.json's, for a ddpprof recording
     measured: RunMeasurements | None = None     # run.json's, for a ddpprof recording
-    unprofiled_step_ms: float | None = None     # run.json's median step without the profiler
+    unprofiled_step_ms: StepMs | None = None    # run.json's median step without the profiler
+
+    @functools.cached_property
+    def part_index(self) -> dict[PartKey, int]:
+        """Each part's position in ``parts`` (a run of many process groups has thousands of
+        parts: looked up, never searched)."""
+        return {key: k for k, key in enumerate(self.parts)}
+
+    def __post_init__(self) -> None:
+        """Refuse lists that do not agree (a ``ValueError``, which msgspec reports as a
+        ``ValidationError`` of the document read back)."""
+        parts, steps, ranks = len(self.parts), len(self.steps), len(self.ranks)
+        _same_length("part_ms", self.part_ms, parts, "parts")
+        _same_length("step_series_ms", self.step_series_ms, steps, "steps")
+        _same_length("part_series_ms", self.part_series_ms, parts, "parts")
+        for k, row in enumerate(self.part_series_ms):
+            _same_length(f"part_series_ms[{k}]", row, steps, "steps")
+        if self.rank_step_ms is not None:
+            _same_length("rank_step_ms", self.rank_step_ms, ranks, "ranks")
+        if self.rank_part_ms is not None:
+            _same_length("rank_part_ms", self.rank_part_ms, parts, "parts")
+            for k, row in enumerate(self.rank_part_ms):
+                _same_length(f"rank_part_ms[{k}]", row, ranks, "ranks")
+        if self.items_left_out_ms is not None:
+            _same_length("items_left_out_ms", self.items_left_out_ms, parts, "parts")
+        for k, item in enumerate(self.items):
+            if item.part >= parts:
+                raise ValueError(f"items[{k}].part: {item.part} is not a part (there are "
+                                 f"{parts})")
+        if len(set(self.ranks)) != ranks:
+            raise ValueError("ranks: a rank is listed twice")
+        if len(set(self.parts)) != parts:
+            raise ValueError("parts: a part is listed twice")
+
+
+def _same_length(field: str, values: list[Any], count: int, of: str) -> None:
+    if len(values) != count:
+        raise ValueError(f"{field}: {len(values)} values for {count} {of}")
 
 
 def waiting_moved(rank: RankResult, own: RankParts, waits: CallWaits | None
@@ -121,18 +179,16 @@ def waiting_moved(rank: RankResult, own: RankParts, waits: CallWaits | None
     return parts, grown
 
 
-def _subset(calls: CollectiveCalls, keep: np.ndarray) -> CollectiveCalls:
-    return calls.subset(np.flatnonzero(keep))
-
-
 def _collectives(ranks: list[RankResult]) -> list[CollectiveItem]:
     found: dict[tuple[str, str], list[tuple[float, float, float | None, float | None]]] = {}
     for rank in ranks:
         steps = max(rank.steps, 1)
-        labels = rank.calls.group_labels()
-        groups = np.array(labels, dtype=object)
-        for group in sorted(set(labels)):
-            stats = collective_stats(_subset(rank.calls, groups == group))
+        by_group: dict[str, list[int]] = {}     # one pass, however many groups
+        for i, label in enumerate(rank.calls.group_labels()):
+            by_group.setdefault(label, []).append(i)
+        for group in sorted(by_group):
+            stats = collective_stats(rank.calls.subset(np.array(by_group[group],
+                                                                dtype=np.int64)))
             for kind, s in stats.items():
                 found.setdefault((kind, group), []).append(
                     (s.calls / steps, s.total_us / 1e3 / steps, s.bytes_per_call, s.busbw_gbps))
@@ -195,7 +251,9 @@ def run_profile(run: RunResult) -> RunProfile | None:
     manifest, throughput = run.manifest, run.manifest.throughput
     recorded = manifest.status is not None     # a run.json that ddpprof wrote
     return RunProfile(
-        run=run.name, kind=ranks[0].kind, ranks=[r.rank for r in ranks],
+        run=run.name, kind=ranks[0].kind, backend=next((r.backend for r in ranks if r.backend),
+                                                     None),
+        ranks=[r.rank for r in ranks],
         step_ms=statistics.fmean(steps) / 1e3, parts=order,
         part_ms=(means.mean(axis=1) / 1e3).tolist(), steps=own[0].step_names[:common],
         step_series_ms=(series.sum(axis=0) / 1e3).tolist(),

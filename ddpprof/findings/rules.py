@@ -77,8 +77,11 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
     replay = advice.replay if advice is not None and not foreign(run) else None
     if replay is not None and replay.best_cap_mb < (replay.current_cap_mb or float("inf")):
         cap, gain = replay.best_cap_mb, replay.gain_pct
-        basis = (f"ddpprof simulate predicts {replay.best_step_ms:.1f} ms per step at "
-                 f"{cap:g} MiB against {replay.current_step_ms:.1f} ms now")
+        # "now" is the step the table shows (the analyzed window's), the prediction the
+        # replay's gain applied to it: the replay's own step is of one unprofiled step
+        now = run_row(run).metrics.step_ms
+        basis = (f"ddpprof simulate predicts {now * (1 - gain / 100):.1f} ms per step at "
+                 f"{cap:g} MiB against {now:.1f} ms now, {gain:.0f}% less")
     else:
         cap, gain = max(round(total / 4 / MIB, 1), 0.1), None
         basis = "a cap of a quarter of the gradient bytes gives four buckets to overlap"
@@ -215,7 +218,7 @@ def no_overlap(run: RunResult, advice: CapAdvice | None) -> Finding | None:
         "the time is exposed communication: the collectives block (a synchronous variant, or "
         f"a wait before backward ends). To hide them, {remedy}.",
         [Evidence("overlap_pct", round(overlap, 2), "%"),
-         Evidence("comm_overhead_pct", round(exposed, 2), "%")], exposed)
+         Evidence("exposed_comm_pct", round(exposed, 2), "%")], exposed)
 
 
 def comm_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
@@ -352,7 +355,7 @@ def grad_accum_opportunity(run: RunResult, advice: CapAdvice | None) -> Finding 
         f"exposed communication ({exposed:.1f}% of the step) outweighs compute "
         f"({compute:.1f}%): {how} halves the syncs per sample, about {gain:.0f}% of step time "
         "per sample.",
-        [Evidence("comm_overhead_pct", round(exposed, 2), "%"),
+        [Evidence("exposed_comm_pct", round(exposed, 2), "%"),
          Evidence("compute_pct", round(compute, 2), "%"), Evidence("grad_accum", row.grad_accum)],
         gain)
 

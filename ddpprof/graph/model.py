@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 SCHEMA = "ddpprof.step-graph"
-VERSION = 3
+VERSION = 4
 
 
 class NodeKind(StrEnum):
@@ -33,6 +33,9 @@ class NodeKind(StrEnum):
     WAIT = "wait"                    # zero-length: a blocking wait returned
     STEP_START = "step_start"        # zero-length: the rank's ProfilerStep started
     STEP_END = "step_end"            # zero-length: the rank's ProfilerStep ended
+    #: device work launched before the step (or before the profiler started) that the device
+    #: was still running when the step began: the queue the step inherited
+    INHERITED = "inherited"
 
 
 class EdgeKind(StrEnum):
@@ -42,6 +45,13 @@ class EdgeKind(StrEnum):
     COMPLETE = "complete"            # the awaited collective -> the wait that returned
     ARRIVAL = "arrival"              # a member joined -> the collective's transfer, any rank
     STEP = "step"                    # step start -> a lane's first work; its last -> step end
+    #: a kernel that started as soon as a kernel of another stream of its rank ended, though
+    #: its launch and its stream were ready long before: a cross-stream event wait
+    STREAM = "stream"
+    #: a host thread resumed (or began) as soon as another thread of its rank stopped: on a GPU
+    #: run the thread that calls ``backward()`` waits, untraced, while the autograd engine
+    #: runs it on a device thread of its own, and that thread starts when it is handed work
+    HANDOFF = "handoff"
 
 
 class Node(msgspec.Struct, frozen=True):
@@ -156,8 +166,14 @@ class GraphColumns:
         src = np.array([e.src for e in graph.edges], dtype=np.int64)
         dst = np.array([e.dst for e in graph.edges], dtype=np.int64)
         gap = np.array([e.gap_us for e in graph.edges], dtype=np.float64)
-        return cls(start, duration, release, src, dst, gap, topological_order(
-            len(graph.nodes), src, dst))
+        # nodes by start: a topological order wherever every edge goes forward in time (a
+        # recorded graph, nearly always), checked in one pass, else Kahn's algorithm
+        by_start = np.lexsort((np.arange(start.size), start))
+        position = np.empty(start.size, dtype=np.int64)
+        position[by_start] = np.arange(start.size)
+        order = by_start if np.all(position[src] < position[dst]) else topological_order(
+            len(graph.nodes), src, dst)
+        return cls(start, duration, release, src, dst, gap, order)
 
 
 class CycleError(ValueError):
@@ -192,17 +208,21 @@ def recorded_graph(step: str, origin_us: float, nodes: list[Node],
     """The graph of recorded ``nodes`` and ``edges`` with the gaps and releases that make its
     unchanged replay give back the recorded times (see the module's docstring). Of edges whose
     sources ended at the same time, the first listed binds."""
-    end = [node.end_us for node in nodes]
-    incoming: dict[int, list[int]] = {}
-    for k, (_, dst, _) in enumerate(edges):
-        incoming.setdefault(dst, []).append(k)
-    binding = {dst: max(ks, key=lambda k: (end[edges[k][0]], -k))
-               for dst, ks in incoming.items()}
-    gapped = []
-    for k, (src, dst, kind) in enumerate(edges):
-        gap = nodes[dst].start_us - end[src]
-        gapped.append(Edge(src, dst, kind, gap if binding[dst] == k else min(0.0, gap)))
-    released = [msgspec.structs.replace(node, release_us=None if i in incoming
-                                        else node.start_us) for i, node in enumerate(nodes)]
+    start = np.array([node.start_us for node in nodes], dtype=np.float64)
+    end = start + np.array([node.duration_us for node in nodes], dtype=np.float64)
+    src = np.array([e[0] for e in edges], dtype=np.int64)
+    dst = np.array([e[1] for e in edges], dtype=np.int64)
+    gap = start[dst] - end[src]
+    # each node's binding edge: the latest-ending source, of equal ends the first listed
+    order = np.lexsort((np.arange(dst.size)[::-1], end[src], dst))
+    binds = np.zeros(dst.size, dtype=bool)
+    if dst.size:
+        binds[order[np.flatnonzero(np.append(dst[order][1:] != dst[order][:-1], True))]] = True
+    gaps = np.where(binds, gap, np.minimum(gap, 0.0)).tolist()
+    gapped = [Edge(u, v, kind, g) for (u, v, kind), g in zip(edges, gaps, strict=True)]
+    has_edge = np.zeros(len(nodes), dtype=bool)
+    has_edge[dst] = True
+    released = [node if has_edge[i] else msgspec.structs.replace(node, release_us=node.start_us)
+                for i, node in enumerate(nodes)]
     return StepGraph(step, origin_us, released, gapped, collectives or [], gradients or [],
                      bucket_copies or [])

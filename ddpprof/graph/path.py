@@ -36,15 +36,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .completions import STREAM_HELD_US
 from .model import EdgeKind, GraphColumns, NodeKind, StepGraph
 
 #: Ends closer than this (µs) count as equal when looking for the binding edge: the float
 #: noise of adding a gap back to an end.
 TIE_US = 1e-6
 
-COMPUTE, COMMUNICATION, HOST, IDLE, WAITING = (
-    "compute", "communication", "host", "idle", "waiting for rank")
-CATEGORIES = (COMPUTE, COMMUNICATION, HOST, IDLE, WAITING)
+COMPUTE, COMMUNICATION, HOST, IDLE, WAITING, INHERITED = (
+    "compute", "communication", "host", "idle", "waiting for rank", "inherited")
+CATEGORIES = (COMPUTE, COMMUNICATION, HOST, IDLE, WAITING, INHERITED)
 
 
 @dataclass(frozen=True)
@@ -124,16 +125,44 @@ def step_length_us(graph: StepGraph, s: Schedule) -> float:
     return float(s.end_us[sink]) - home_start
 
 
+def period_us(graph: StepGraph, s: Schedule) -> float:
+    """How long the step takes in a replay, as ``analyze`` measures a run's step (each rank's
+    window over its steps, the mean over ranks): on a GPU run, the mean over ranks of each
+    rank's span of its own device work, from where the first device record the step launched
+    started as recorded (the queue it inherited belongs to the step before, and is kept as
+    recorded) to where the last one ends in the replay; a CPU run, the step length
+    (:func:`step_length_us`). Faster work never lengthens it."""
+    own = np.array([n.rank if n.lane.startswith("stream") and n.kind != NodeKind.INHERITED
+                    else -1 for n in graph.nodes], dtype=np.int64)
+    if not (own >= 0).any():
+        return step_length_us(graph, s)
+    recorded = np.array([n.start_us for n in graph.nodes], dtype=np.float64)
+    return float(np.mean([s.end_us[own == r].max() - recorded[own == r].min()
+                          for r in np.unique(own[own >= 0]).tolist()]))
+
+
 _NODE_CATEGORY = {NodeKind.COMPUTE: COMPUTE, NodeKind.COMMUNICATION: COMMUNICATION,
                   NodeKind.HOST: HOST, NodeKind.ARRIVE: COMMUNICATION,
                   NodeKind.WAIT: HOST, NodeKind.STEP_END: HOST,
-                  NodeKind.STEP_START: HOST}
+                  NodeKind.STEP_START: HOST, NodeKind.INHERITED: INHERITED}
+
+
+NOTHING_RECORDED = "nothing recorded"
+#: A device record with no launch in the step: launched before it, or before the profiler
+#: started, so when it could have started is not in the trace.
+LAUNCH_NOT_TRACED = "its launch, before the step (not in it)"
+#: A stream's next record started less than ``STREAM_HELD_US`` after it could: the device's
+#: own latency between kernels.
+BETWEEN_KERNELS = "the device's latency between kernels"
+#: What a device lane's idle time on the path waited for, by the edge it came through.
+IDLE_CAUSES = {EdgeKind.STREAM: "another stream (an event wait)",
+               EdgeKind.PROGRAM: NOTHING_RECORDED, EdgeKind.STEP: NOTHING_RECORDED}
 
 
 def _gap_category(kind: EdgeKind, lane: str) -> str:
     if kind == EdgeKind.ARRIVAL:
         return COMMUNICATION
-    if kind == EdgeKind.PROGRAM and lane.startswith("stream"):
+    if lane.startswith("stream") and kind in IDLE_CAUSES:
         return IDLE
     return HOST
 
@@ -216,6 +245,7 @@ def _pieces(graph: StepGraph, s: Schedule, chain: list[tuple[int, int | None]],
     origin = graph.origin_us
     t = float(s.end_us[chain[0][0]])
     pieces: list[PathPiece] = []
+    launched = {e.dst for e in graph.edges if e.kind == EdgeKind.LAUNCH}
     for position, (node, edge) in enumerate(chain):
         if t <= home_start:
             break
@@ -229,8 +259,16 @@ def _pieces(graph: StepGraph, s: Schedule, chain: list[tuple[int, int | None]],
         before = max(float(s.end_us[chain[position + 1][0]]), home_start)
         if before < t:
             kind = EdgeKind(graph.edges[edge].kind)
-            pieces.append(PathPiece(_gap_category(kind, info.lane), info.rank, info.lane,
-                                    f"gap before {info.name} ({kind.value})", before - origin,
+            category = _gap_category(kind, info.lane)
+            label = f"gap before {info.name} ({kind.value})"
+            if category == IDLE:
+                cause = IDLE_CAUSES[kind]
+                if cause == NOTHING_RECORDED and t - before < STREAM_HELD_US:
+                    cause = BETWEEN_KERNELS
+                elif cause == NOTHING_RECORDED and node not in launched:
+                    cause = LAUNCH_NOT_TRACED
+                label = f"idle: {cause}"
+            pieces.append(PathPiece(category, info.rank, info.lane, label, before - origin,
                                     t - before, node))
             t = before
     first = graph.nodes[chain[-1][0]]
@@ -246,14 +284,15 @@ def _pieces(graph: StepGraph, s: Schedule, chain: list[tuple[int, int | None]],
 
 def slack(c: GraphColumns, s: Schedule) -> np.ndarray:
     """Each node's slack (see the module's docstring), by a backward pass."""
-    finish = s.end_us.max() if s.end_us.size else 0.0
-    latest_end = np.full(c.start.size, finish)
+    finish = float(s.end_us.max()) if s.end_us.size else 0.0
+    latest_end = [finish] * c.start.size
     by_src = np.argsort(c.src, kind="stable")
-    ptr = np.searchsorted(c.src[by_src], np.arange(c.start.size + 1))
-    duration = s.end_us - s.start_us
+    ptr = np.searchsorted(c.src[by_src], np.arange(c.start.size + 1)).tolist()
+    targets, gaps = c.dst[by_src].tolist(), c.gap[by_src].tolist()
+    duration = (s.end_us - s.start_us).tolist()
     for node in c.order[::-1].tolist():
-        out = by_src[ptr[node]:ptr[node + 1]]
-        if out.size:
-            latest_start = latest_end[c.dst[out]] - duration[c.dst[out]]
-            latest_end[node] = min(finish, float(np.min(latest_start - c.gap[out])))
-    return np.maximum(latest_end - s.end_us, 0.0)
+        lo, hi = ptr[node], ptr[node + 1]
+        if hi > lo:
+            latest_end[node] = min(finish, min(
+                latest_end[targets[k]] - duration[targets[k]] - gaps[k] for k in range(lo, hi)))
+    return np.maximum(np.array(latest_end) - s.end_us, 0.0)

@@ -11,11 +11,20 @@ import msgspec
 from .build import RankStep, join_steps
 from .contended import Tax
 from .model import CycleError, StepGraph
-from .path import CATEGORIES, WAITING, CriticalPath, PathPiece, critical_path
+from .path import (
+    CATEGORIES,
+    IDLE,
+    WAITING,
+    CriticalPath,
+    PathPiece,
+    critical_path,
+    period_us,
+    replay,
+)
 from .whatif import Edit, edited_step_us
 
 SCHEMA = "ddpprof.critical-path"
-VERSION = 1
+VERSION = 2
 #: The path's work listed by name: the largest this many.
 TOP_WORK = 5
 
@@ -53,6 +62,15 @@ class PathWork(msgspec.Struct, frozen=True):
     pct: float
 
 
+class IdleCause(msgspec.Struct, frozen=True):
+    """The path's idle device time by what the device waited for: ``another stream (an event
+    wait)``, or ``nothing recorded`` (the trace shows no cause: see the notes)."""
+
+    cause: str
+    us: float
+    pct: float
+
+
 class WhatIf(msgspec.Struct, frozen=True):
     edit: str
     step_us: float
@@ -68,6 +86,7 @@ class StepPath(msgspec.Struct, frozen=True):
     work: list[PathWork]
     segments: list[Segment]
     what_if: list[WhatIf] = []
+    idle: list[IdleCause] = []
 
     def total_pct(self, category: str) -> float:
         return sum(row.pct for row in self.split if row.category == category)
@@ -93,19 +112,29 @@ def summarize(run: str, graph: StepGraph, path: CriticalPath,
                  CATEGORIES.index(kv[0][0]), kv[0][1])) if us > 0]
     by_name: dict[tuple[int, str, str], float] = {}
     for piece in path.pieces:
-        if piece.name.startswith("gap before") or piece.name == "before its step started":
+        if piece.name.startswith(("gap before", "idle: ")) or \
+                piece.name == "before its step started":
             continue
         key = (piece.rank, piece.category, piece.name)
         by_name[key] = by_name.get(key, 0.0) + piece.duration_us
     work = [PathWork(rank, category, name, us, pct(us)) for (rank, category, name), us in
             sorted(by_name.items(), key=lambda kv: -kv[1])[:TOP_WORK] if us > 0]
     what_if = []
+    base = period_us(graph, replay(graph)) if edits else length
     for group in edits:
         step_us = edited_step_us(graph, group, tax)
         what_if.append(WhatIf(" and ".join(e.label for e in group), step_us,
-                              pct(step_us - length)))
+                              100.0 * (step_us - base) / base if base > 0 else 0.0))
+    causes: dict[str, float] = {}
+    for piece in path.pieces:
+        if piece.category == IDLE:
+            cause = piece.name.removeprefix("idle: ") if piece.name.startswith("idle: ") \
+                else "before its step started"
+            causes[cause] = causes.get(cause, 0.0) + piece.duration_us
+    idle = [IdleCause(cause, us, pct(us)) for cause, us in sorted(
+        causes.items(), key=lambda kv: -kv[1]) if us > 0]
     return StepPath(run, graph.step, length, path.home_rank, split, work,
-                    _segments(path.pieces), what_if)
+                    _segments(path.pieces), what_if, idle)
 
 
 def _segments(pieces: list[PathPiece]) -> list[Segment]:

@@ -30,7 +30,7 @@ from . import contended
 from .contended import Roles, Tax
 from .edit import CollectiveCost, Editable, Rebucket, WorldSize, rebucket, scale_world
 from .model import NodeKind, StepGraph
-from .path import Schedule, step_length_us
+from .path import Schedule, period_us
 
 OPTIONS = ("faster", "faster-network", "rank-delay")
 
@@ -158,7 +158,7 @@ def replay_edited(graph: StepGraph, tax: Tax | None = None, edits: Sequence[Edit
     schedule = contended.replay(edited, work, edited_roles, tax, release_us=release,
                                 together=edit.together)
     comm, exposed = communication(edited, schedule)
-    return Outcome(step_length_us(edited, schedule), comm, exposed,
+    return Outcome(period_us(edited, schedule), comm, exposed,
                    _count(edit.buckets) if rebucketing else _recorded_buckets(graph),
                    schedule, edited)
 
@@ -176,8 +176,9 @@ def _recorded_buckets(graph: StepGraph) -> int | None:
     from .edit import optimizer_start
 
     counts: dict[tuple[int, str], int] = {}
+    begins = {rank: optimizer_start(graph, rank) for rank in {c.rank for c in graph.collectives}}
     for c in graph.collectives:
-        if graph.nodes[c.arrive].start_us < optimizer_start(graph, c.rank):
+        if graph.nodes[c.arrive].start_us < begins[c.rank]:
             counts[(c.rank, c.kind)] = counts.get((c.rank, c.kind), 0) + 1
     return max(counts.values()) if counts else None
 
@@ -213,6 +214,6 @@ def communication(graph: StepGraph, s: Schedule) -> tuple[np.ndarray, np.ndarray
 
 
 def edited_step_us(graph: StepGraph, edits: list[Edit], tax: Tax | None = None) -> float:
-    """The step length (``path.step_length_us``) of ``graph`` replayed with all of ``edits``
-    applied together."""
+    """The step (``path.period_us``) of ``graph`` replayed with all of ``edits`` applied
+    together."""
     return replay_edited(graph, tax, edits).step_us

@@ -47,7 +47,7 @@ class Breakdown:
         return 100.0 * (self.overlap_us / self.comm_us) if self.comm_us > 0 else None
 
     @property
-    def comm_overhead_pct(self) -> float:
+    def exposed_comm_pct(self) -> float:
         """Exposed communication as a share of the window."""
         return self.pct(self.exposed_comm_us)
 
@@ -56,7 +56,8 @@ EMPTY_BREAKDOWN = Breakdown(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 def device_breakdown(start_us: np.ndarray, end_us: np.ndarray, is_compute: np.ndarray,
-                     is_comm: np.ndarray, host_comm: Intervals = EMPTY) -> Breakdown:
+                     is_comm: np.ndarray, host_comm: Intervals = EMPTY,
+                     window: tuple[float, float] | None = None) -> Breakdown:
     """HTA 0.5.0's GPU definitions over the analyzed device events (kernels, memcpy, memset,
     GPU syncs), plus ``host_comm``: collectives that run on the host with no device kernel
     (gloo with CUDA tensors), which HTA cannot see:
@@ -66,19 +67,23 @@ def device_breakdown(start_us: np.ndarray, end_us: np.ndarray, is_compute: np.nd
     * compute = |⋃ compute kernels|;  non_compute = |busy| − compute
     * comm = ⋃ communication kernels ∪ host_comm
     * overlap = |compute ∩ comm| / |comm|;  exposed comm = |comm \\ compute|
+
+    ``window``, if given, is the window's (start, end) instead, the events clipped to it by
+    the caller (a step's share of a device timeline that steps tile).
     """
     starts = np.concatenate([start_us, host_comm[0]])
     ends = np.concatenate([end_us, host_comm[1]])
-    if starts.size == 0:
+    if starts.size == 0 and window is None:
         return EMPTY_BREAKDOWN
-    window = float(ends.max() - starts.min())
+    window_us = float(window[1] - window[0]) if window is not None else float(
+        ends.max() - starts.min())
     busy = iv.union(starts, ends)
     compute = iv.union(start_us[is_compute], end_us[is_compute])
     comm = iv.merge(iv.union(start_us[is_comm], end_us[is_comm]), host_comm)
     compute_us, busy_us = iv.length(compute), iv.length(busy)
     return Breakdown(
-        window_us=window, compute_us=compute_us, non_compute_us=busy_us - compute_us,
-        idle_us=window - busy_us, comm_us=iv.length(comm),
+        window_us=window_us, compute_us=compute_us, non_compute_us=busy_us - compute_us,
+        idle_us=window_us - busy_us, comm_us=iv.length(comm),
         overlap_us=iv.length(iv.intersect(compute, comm)),
         exposed_comm_us=iv.length(iv.subtract(comm, compute)))
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import intervals as iv
-from .breakdown import overlap_pct
 from .comm import CollectiveCalls, GroupRef, bandwidth
 
 
@@ -108,14 +107,18 @@ def group_figures(calls: CollectiveCalls, compute: iv.Intervals) -> list[GroupFi
         call_us = float(durations[picked].sum())
         total_bytes, algbw, busbw = bandwidth(calls, picked, call_us)
         lane = iv.union(calls.start_us[picked], calls.end_us[picked])
+        comm_us = iv.length(lane)
+        # |lane ∩ compute| in one bisection over compute (lane's pieces are disjoint): a
+        # group costs its own calls, not the whole compute set's pieces again
+        hidden_us = float(iv.covered(compute, *lane).sum())
         kinds: dict[str, int] = {}
         for i in picked:
             kinds[calls.kind[i]] = kinds.get(calls.kind[i], 0) + 1
         figures.append(GroupFigures(
             group=calls.group_of(picked[0]), calls=len(picked), bytes=total_bytes,
-            call_us=call_us, comm_us=iv.length(lane),
-            exposed_us=iv.length(iv.subtract(lane, compute)),
-            overlap_pct=overlap_pct(compute, lane), algbw_gbps=algbw, busbw_gbps=busbw,
+            call_us=call_us, comm_us=comm_us, exposed_us=max(comm_us - hidden_us, 0.0),
+            overlap_pct=100.0 * hidden_us / comm_us if comm_us > 0 else None,
+            algbw_gbps=algbw, busbw_gbps=busbw,
             calls_by_kind=dict(sorted(kinds.items())),
             queued_us=float(waited[picked].sum()),
             queued_behind=max(reasons, key=lambda r: (reasons[r], r)) if reasons else None))

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -94,6 +94,12 @@ class RankTaxSamples:
     call_step: np.ndarray    # int64, per call of the rank's CollectiveCalls; -1 outside steps
 
 
+#: What a tax read back (a calibration's ``overlap_tax``) may be: ``100 (e^γ − 1)``, so never
+#: below −100 %, and in no measurement a million times longer.
+TaxPct = Annotated[float, msgspec.Meta(ge=-100, le=1e8)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
 class TaxRow(msgspec.Struct, frozen=True):
     """One tax: ``side`` ``compute`` (ops beside a collective) or ``communication``
     (collectives beside compute), for a work class and a collective size class (``all``:
@@ -102,12 +108,12 @@ class TaxRow(msgspec.Struct, frozen=True):
     side: str
     work_class: str
     size: str
-    tax_pct: float | None        # 100 τ: % longer when overlapped from start to end
-    low_pct: float | None        # 95% bootstrap interval
-    high_pct: float | None
-    keys: int                    # ops (or collectives) seen both mostly alone and overlapped
-    alone: int                   # their occurrences mostly alone ...
-    overlapped: int              # ... and mostly overlapped
+    tax_pct: TaxPct | None       # 100 τ: % longer when overlapped from start to end
+    low_pct: TaxPct | None       # 95% bootstrap interval
+    high_pct: TaxPct | None
+    keys: Count                  # ops (or collectives) seen both mostly alone and overlapped
+    alone: Count                 # their occurrences mostly alone ...
+    overlapped: Count            # ... and mostly overlapped
 
 
 class OverlapTax(msgspec.Struct, frozen=True):

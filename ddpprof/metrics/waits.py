@@ -53,11 +53,18 @@ class WaitAnalysis:
         return best[1] if best[0] > 0 else None
 
 
-def _instances(calls: CollectiveCalls, group: str, kind: str
-               ) -> tuple[np.ndarray, list[int | None]]:
-    picked = [i for i in range(calls.n) if calls.group[i] == group and calls.kind[i] == kind]
-    picked.sort(key=lambda i: calls.start_us[i])
-    return np.array(picked, dtype=np.int64), [calls.sequence[i] for i in picked]
+def _instances(calls: CollectiveCalls) -> dict[tuple[str, str], tuple[np.ndarray,
+                                                                     list[int | None]]]:
+    """Each (group, kind)'s calls, by start, with their sequence numbers: one pass over the
+    calls, whatever the number of groups."""
+    found: dict[tuple[str, str], list[int]] = {}
+    for i, key in enumerate(zip(calls.group, calls.kind, strict=True)):
+        found.setdefault(key, []).append(i)
+    instances = {}
+    for key, picked in found.items():
+        picked.sort(key=lambda i: calls.start_us[i])
+        instances[key] = (np.array(picked, dtype=np.int64), [calls.sequence[i] for i in picked])
+    return instances
 
 
 def matched_calls(calls_by_rank: dict[int, CollectiveCalls]
@@ -72,10 +79,10 @@ def _matched_calls(calls_by_rank: dict[int, CollectiveCalls], unmatched: list[st
                    ) -> Iterator[tuple[dict[int, int], int, float, str]]:
     """Every call matched across ranks: ``{rank: its index in that rank's calls}``, the rank
     that arrived last and when, and the call's kind."""
-    keys = sorted({(c.group[i], c.kind[i]) for c in calls_by_rank.values() for i in range(c.n)})
-    for group, kind in keys:
-        members = {rank: _instances(calls, group, kind) for rank, calls in calls_by_rank.items()}
-        members = {rank: m for rank, m in members.items() if m[0].size}
+    by_rank = {rank: _instances(calls) for rank, calls in calls_by_rank.items()}
+    for group, kind in sorted({key for found in by_rank.values() for key in found}):
+        members = {rank: found[(group, kind)] for rank, found in by_rank.items()
+                   if (group, kind) in found}
         if len(members) < 2:
             continue
         for rows in _match(members, f"{kind} in group {group or 'default'}", unmatched):

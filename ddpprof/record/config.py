@@ -22,8 +22,11 @@ import msgspec
 
 from .. import options
 from ..variants import BUCKETED_VARIANT_NAMES, DEFAULT_BUCKET_CAP_MIB, VARIANTS
+from .flight_recorder import DEFAULT_BUFFER_SIZE
 
 CONFIG_FILE = ".config.json"
+#: The least time the ranks of a one-node run get to start (``Launch.start_timeout_s``).
+STANDALONE_START_S = 120.0
 BACKENDS = ("auto", "gloo", "nccl")
 PATH = click.Path(path_type=Path)
 
@@ -53,6 +56,16 @@ class Launch:
     @property
     def world_size(self) -> int:
         return self.nproc * self.nnodes
+
+    @property
+    def start_timeout_s(self) -> float:
+        """How long the ranks may take to start: ``timeout_s`` at a rendezvous endpoint, at
+        least ``STANDALONE_START_S`` on one node, where no endpoint can hang and torchrun's own
+        start (importing torch) takes seconds on a busy machine: a short collective timeout
+        must not fail a run before its ranks exist."""
+        if self.rdzv_endpoint or self.nnodes > 1:
+            return self.timeout_s
+        return max(self.timeout_s, STANDALONE_START_S)
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,10 @@ class RunConfig(Launch):
         "RANK:MS: that rank sleeps MS ms at the start of every step, in a traced span "
         "(ddpprof::injected_delay): a known straggler, to test attribution.",
         options.INJECT_DELAY))
+    fr_buffer_size: int = field(default=DEFAULT_BUFFER_SIZE, metadata=cli(
+        "Flight Recorder: the collectives each rank keeps (its last ones), dumped into fr/ when "
+        "the run fails, hangs or is stopped, for `ddpprof hang`; 0 turns it off.",
+        options.NON_NEGATIVE_INT))
     # bench times unprofiled runs; not an option of record
     profile: bool = True
 

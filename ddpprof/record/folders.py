@@ -29,11 +29,12 @@ from ..manifest import MANIFEST_NAME, owner_is_gone
 from ..run_folder import RunFolder
 from ..trace.discover import is_trace_file
 from .failure import ERRORS_DIR
+from .flight_recorder import FR_DIR
 
 LOCK_NAME = ".ddpprof.lock"
 #: Everything ``ddpprof record`` and its workers write in a run folder (besides the lock).
 _RUN_FILE = re.compile(r"^(?:run\.json|launcher(?:\.node\d+)?\.log|rank\d+\.pt\.trace\.json\.gz"
-                       r"|\.?worker_result\.json|\.config\.json|\.errors|\.tmp-.*)$")
+                       r"|\.?worker_result\.json|\.config\.json|\.errors|fr|\.tmp-.*)$")
 
 
 class FolderLocks:
@@ -106,7 +107,7 @@ def is_run_file(path: Path) -> bool:
     Something else under such a name is in the way: a ``UsageError``."""
     if not _RUN_FILE.match(path.name):
         return False
-    if (path.name == ERRORS_DIR) != (path.is_dir() and not path.is_symlink()):
+    if (path.name in (ERRORS_DIR, FR_DIR)) != (path.is_dir() and not path.is_symlink()):
         raise UsageError(f"{path}: in the way of the run's own {path.name} (move it, or "
                          "choose another --out or --name)")
     return True

@@ -34,11 +34,11 @@ from ..manifest import (
     now_iso,
     status_detail,
 )
-from ..options import check_run_name
+from ..options import check_run_name, unknown_model
 from ..progress import Progress
 from ..run_folder import FOLDER_ID_ENV, RunFolder
 from ..variants import VARIANTS
-from . import faults, folders, grid, measurements, process
+from . import faults, flight_recorder, folders, grid, measurements, process
 from .config import CONFIG_FILE, Launch, RunConfig, encode_hook
 from .failure import run_error
 
@@ -143,8 +143,7 @@ def validate(recording: Recording) -> None:
         raise UsageError(f"--name: {problem}")
     for model in dict.fromkeys(c.model for c in recording.configs or (config,)):
         if config.model_path is None and model not in MODEL_NAMES:
-            raise UsageError(f"unknown model {model!r} (choose from "
-                             f"{', '.join(MODEL_NAMES)}, or give --model-path)")
+            raise UsageError(unknown_model(model))
         positions = SMOLLM2_CONFIGS.get(model, {}).get("max_position_embeddings")
         if config.model_path is None and positions and config.seq_len > positions:
             raise UsageError(f"--seq-len {config.seq_len} is longer than {model}'s "
@@ -281,8 +280,8 @@ def record_one(recording: Recording, config: RunConfig, folder: RunFolder, progr
         write_manifest(folder, manifest)
 
     launched = run_torchrun(command, folder, recording.log_name, config.backend,
-                            config.nproc, config.timeout_s, guard, progress, config.steps,
-                            faults.environment(injected))
+                            config.nproc, config.start_timeout_s, guard, progress, config.steps,
+                            faults.environment(injected), config.fr_buffer_size)
     finish_manifest(manifest, recording, config, folder, launched.returncode, guard.signum,
                     launched.rendezvous_expired, launched.elapsed_s)
     if writes_manifest:
@@ -306,19 +305,23 @@ class Launched:
 
 def run_torchrun(command: list[str], folder: RunFolder, log_name: str, backend: str,
                  nproc: int, timeout_s: float, guard: process.SignalGuard, progress: Progress,
-                 steps: int, extra_env: dict[str, str] | None = None) -> Launched:
+                 steps: int, extra_env: dict[str, str] | None = None, fr_buffer_size: int = 0
+                 ) -> Launched:
     """Run ``command`` (``torchrun_command``) to its end, its output in ``folder``'s log
     ``log_name`` (the ranks check that they write into ``folder``, not a folder that took its
     place): torchrun
     dies with this process, gets the signals ``guard`` forwards, is killed when no rank has
     started ``timeout_s`` after the launch, and whatever it leaves is killed and reaped before
     this returns. ``progress`` follows rank 0's ``ddpprof-step k/steps`` lines; ``extra_env``
-    is added to the ranks' environment."""
+    is added to the ranks' environment. With ``fr_buffer_size`` the ranks keep that many
+    Flight Recorder entries, and are asked for their dumps before torchrun is killed
+    (``flight_recorder``)."""
     # PYTHONSAFEPATH: a folder named workloads (or torch) in the working directory must not
     # stand in for the installed one.
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
                **{process.LAUNCHER_PID_ENV: str(os.getpid()),
-                  FOLDER_ID_ENV: folder.identity_text}, **(extra_env or {}))
+                  FOLDER_ID_ENV: folder.identity_text}, **(extra_env or {}),
+               **flight_recorder.environment(fr_buffer_size, backend, folder.path))
     if backend == "gloo":
         env["OMP_NUM_THREADS"] = str(threads_per_rank(nproc))
     started = time.monotonic()
@@ -327,7 +330,8 @@ def run_torchrun(command: list[str], folder: RunFolder, log_name: str, backend: 
         torchrun = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                                     preexec_fn=processes.preexec_die_with_parent())
-    watchdog = Watchdog(torchrun, timeout_s, guard)
+    watchdog = Watchdog(torchrun, timeout_s, guard,
+                        folder.path if fr_buffer_size else None)
     guard.attach(torchrun.pid)
     try:
         progress.follow(torchrun, log_path, steps, on_tick=watchdog.check)
@@ -345,8 +349,8 @@ def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConf
                     rendezvous_expired: bool, elapsed_s: float) -> None:
     """Give the manifest of a run whose processes are all gone its final status."""
     run_dir = folder.path
-    for leftover in run_dir.glob(".tmp-*"):  # a rank stopped mid-write
-        leftover.unlink(missing_ok=True)
+    for leftover in [*run_dir.glob(".tmp-*"), *(run_dir / flight_recorder.FR_DIR).glob(".tmp-*")]:
+        leftover.unlink(missing_ok=True)  # a rank stopped mid-write
     manifest.elapsed_s = round(elapsed_s, 3)
     manifest.finished = now_iso()
     manifest.traces = sorted(p.name for p in run_dir.glob("rank*.pt.trace.json.gz"))
@@ -363,7 +367,8 @@ def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConf
         manifest.status = "failed"
         where = f" at {config.rdzv_endpoint}" if config.rdzv_endpoint else ""
         manifest.error = RunError(message=f"the rendezvous{where} did not start the ranks "
-                                          f"within {config.timeout_s:g} s (--timeout-s)", log=log)
+                                          f"within {config.start_timeout_s:g} s (--timeout-s)",
+                                  log=log)
     elif returncode != 0:
         manifest.status = "failed"
         manifest.error = run_error(folder, log, returncode)
@@ -382,6 +387,8 @@ def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConf
         else:
             if result is not None:
                 add_measurements(manifest, result, config)
+    if manifest.status != "complete":   # the ranks' Flight Recorder dumps, if any
+        manifest.fr_dumps = flight_recorder.dumps_in(run_dir) or None
     if config.node_rank == 0:
         # Only the launcher that writes run.json takes rank 0's result: on one machine the
         # other nodes' launchers share the folder, and rank 0 may be one of their ranks.
@@ -390,19 +397,24 @@ def finish_manifest(manifest: RunManifest, recording: Recording, config: RunConf
 
 class Watchdog:
     """Called by the progress loop while torchrun runs: kills torchrun when a forwarded signal
-    has gone unheeded for ``process.GRACE_S``, and when no rank has started ``timeout_s`` after
+    has gone unheeded for ``process.GRACE_S`` (first asking the ranks for their Flight Recorder
+    dumps into ``dumps_into``, when given), and when no rank has started ``timeout_s`` after
     the launch (a rendezvous that never completes: torchrun's own timeouts do not cover an
     endpoint that accepts the connection and never answers)."""
 
     def __init__(self, torchrun: subprocess.Popen[bytes], timeout_s: float,
-                 guard: process.SignalGuard) -> None:
+                 guard: process.SignalGuard, dumps_into: Path | None = None) -> None:
         self.torchrun, self.timeout_s, self.guard = torchrun, timeout_s, guard
+        self.dumps_into = dumps_into
         self.launched = time.monotonic()
         self.started = not processes.can_list_children()  # cannot tell: assume started
         self.expired = False
 
     def check(self) -> None:
         if self.guard.overdue():
+            ranks = processes.child_pids(self.torchrun.pid)
+            if self.dumps_into is not None and ranks:
+                flight_recorder.request_dumps(ranks, self.dumps_into)
             self.guard.kill_child()
         if not self.started:
             self.started = bool(processes.child_pids(self.torchrun.pid))

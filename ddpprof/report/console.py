@@ -6,30 +6,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import sanity
 from ..analysis import Analysis, RunResult, run_row, step_rows
 from ..findings import Finding
-from ..metrics.tax import ALL
+from ..metrics.tax import ALL, OverlapTax
 from .output import Section
 from .table import Column, Table
 
-#: The default table fits 100 columns. step_ms is the analyzed window over the steps analyzed
-#: (mean over ranks, ``RankMetrics``); comm_overhead_pct is the exposed communication, % of
-#: the window.
+#: The columns a user reads first (every one under ``--wide``). step_ms is the analyzed window
+#: over the steps analyzed (mean over ranks, ``RankMetrics``).
 RUN_COLUMNS = [Column("run", max_width=24), Column("ranks"), Column("step_ms"),
-               Column("compute_pct"), Column("comm_overhead_pct", "exposed_comm_pct"),
+               Column("compute_pct"), Column("exposed_comm_pct"),
                Column("overlap_pct"), Column("top_finding", max_width=22)]
-PER_STEP_COLUMNS = [Column(key) for key in (
+PER_STEP_COLUMNS = [*(Column(key) for key in (
     "run", "rank", "step", "compute_pct", "non_compute_pct", "idle_pct", "overlap_pct",
-    "comm_overhead_pct", "window_us")]
+    "exposed_comm_pct")), Column("step_ms", attr="window_us", scale=1e3)]
 #: The terminal shows this many findings; ``--json`` and the report have them all.
 SHOWN_FINDINGS = 10
 
 
+#: What a figure that breaks a bound of ``ddpprof.sanity`` shows instead (its note says why).
+FLAGGED = "!"
+
+
 def run_lines(analysis: Analysis, findings: list[Finding]) -> list[dict[str, Any]]:
     """Each run's row, every metric flattened (``RunRow.to_dict``), with its step time and
-    the code of its first finding."""
+    the code of its first listed finding."""
     top: dict[str, str] = {}
-    for finding in findings:
+    for finding in listed(findings):
         top.setdefault(finding.run, finding.code)
     lines = []
     for run in analysis.runs:
@@ -38,21 +42,43 @@ def run_lines(analysis: Analysis, findings: list[Finding]) -> list[dict[str, Any
     return lines
 
 
-def run_table(analysis: Analysis, findings: list[Finding]) -> Table:
-    lines = run_lines(analysis, findings)
+def flags(line: dict[str, Any]) -> list[sanity.Flag]:
+    """The figures of a run's (or rank's) row that break a bound (``ddpprof.sanity``)."""
+    found = [sanity.share(key, value) for key, value in line.items()
+             if key.endswith("_pct") and not key.endswith("_tax_pct")
+             and isinstance(value, int | float)]
+    found.append(sanity.transfer("comm_transfer_ms_per_step",
+                                 line.get("comm_transfer_ms_per_step"),
+                                 line.get("comm_ms_per_step")))
+    return [flag for flag in found if flag is not None]
+
+
+def checked(lines: list[dict[str, Any]], name: str = "run") -> tuple[list[dict[str, Any]],
+                                                                      list[str]]:
+    """``lines`` with each figure that breaks a bound shown as :data:`FLAGGED`, and a note for
+    each saying what is wrong."""
+    shown, notes = [], []
+    for line in lines:
+        found = flags(line)
+        shown.append({**line, **{flag.name: FLAGGED for flag in found}})
+        notes += [flag.note(str(line.get(name))) for flag in found]
+    return shown, notes
+
+
+def run_table(analysis: Analysis, findings: list[Finding]) -> tuple[Table, list[str]]:
+    """The runs' table, and the notes of the figures it does not show (``checked``)."""
+    lines, notes = checked(run_lines(analysis, findings))
     shown = {c.key for c in RUN_COLUMNS}
     rest = [Column(key, wide=True) for key in (lines[0] if lines else {}) if key not in shown]
-    return Table([*RUN_COLUMNS, *rest], lines)
+    return Table([*RUN_COLUMNS, *rest], lines), notes
 
 
 #: The per-process-group table: one row per group of each run with two groups or more (the
 #: means over the group's ranks, ``analysis.group_rows.GroupRow``), 100 columns wide.
-GROUP_COLUMNS = [Column("run", max_width=16), Column("name", "group", max_width=10),
-                 Column("size"), Column("calls_per_step", "calls/step"),
-                 Column("comm_ms_per_step", "comm_ms"),
-                 Column("exposed_comm_ms_per_step", "exposed_ms"), Column("overlap_pct"),
-                 Column("busbw_gbps"), Column("wait_ms_per_step", "wait_ms"),
-                 Column("straggler_rank", "straggler")]
+GROUP_COLUMNS = [Column("run", max_width=16), Column("group", attr="name", max_width=10),
+                 *(Column(key) for key in (
+                     "size", "calls_per_step", "comm_ms_per_step", "exposed_comm_ms_per_step",
+                     "overlap_pct", "busbw_gbps", "wait_ms_per_step", "straggler_rank"))]
 _GROUP_WIDE = ("description", "source", "bytes_per_step", "algbw_gbps", "transfer_ms_per_step",
                "locality", "intra_node_ms_per_step", "inter_node_ms_per_step", "a2a_imbalance",
                "a2a_heaviest_rank", "a2a_split_imbalance", "queued_ms_per_step", "queued_behind")
@@ -74,20 +100,58 @@ def step_table(analysis: Analysis) -> Table:
     return Table(PER_STEP_COLUMNS, step_rows(analysis), title="Per step")
 
 
+def gain_pct(finding: Finding) -> float:
+    """What a finding is worth, % of the step: its estimated gain, else what it costs now."""
+    return (finding.estimated_gain_pct if finding.estimated_gain_pct is not None
+            else finding.impact_pct)
+
+
+def listed(findings: list[Finding]) -> list[Finding]:
+    """The findings worth listing: those worth at least ``sanity.MIN_GAIN_PCT`` of the step
+    (``--json`` has them all)."""
+    return [f for f in findings if sanity.shown_gain(gain_pct(f))]
+
+
+def headline(finding: Finding) -> str:
+    """``[high, gain ~44% of the step] RUN: CODE``."""
+    worth = "gain" if finding.estimated_gain_pct is not None else "costs"
+    return (f"[{finding.severity}, {worth} ~{gain_pct(finding):.0f}% of the step] "
+            f"{finding.run}: {finding.code}")
+
+
 def findings_section(findings: list[Finding]) -> list[Section]:
-    """The "What to change" list, ranked as given, the first ``SHOWN_FINDINGS`` of it."""
-    if not findings:
+    """The "What to change" list, ranked as given, the first ``SHOWN_FINDINGS`` of those
+    worth listing (``listed``)."""
+    shown = listed(findings)
+    if not shown:
         return []
-    lines = []
-    for number, finding in enumerate(findings[:SHOWN_FINDINGS], 1):
-        gain = (f", gain ~{finding.estimated_gain_pct:.0f}% of the step"
-                if finding.estimated_gain_pct is not None
-                else f", costs ~{finding.impact_pct:.0f}% of the step")
-        lines.append(f"{number}. [{finding.severity}{gain}] {finding.run}: {finding.code}: "
-                     f"{finding.message}")
-    if len(findings) > SHOWN_FINDINGS:
-        lines.append(f"... and {len(findings) - SHOWN_FINDINGS} more (--json, --html)")
+    lines = [f"{number}. {headline(f)}: {f.message}"
+             for number, f in enumerate(shown[:SHOWN_FINDINGS], 1)]
+    if len(shown) > SHOWN_FINDINGS:
+        lines.append(f"... and {len(shown) - SHOWN_FINDINGS} more (--json, --html)")
+    if len(findings) > len(shown):
+        left = len(findings) - len(shown)
+        lines.append(f"({left} finding{'s' * (left != 1)} worth less than "
+                     f"{sanity.MIN_GAIN_PCT:g}% of the step left out: --json has them)")
     return [Section("What to change (ranked by estimated gain):", lines)]
+
+
+def describe_tax(tax: OverlapTax) -> str:
+    """``compute +6% (3 to 9), communication n/a``: the pooled taxes and their 95% intervals,
+    each checked (``sanity.tax``): one that breaks a bound says why instead."""
+    parts = []
+    for side in ("compute", "communication"):
+        row = tax.row(side)
+        if row is None or row.tax_pct is None:
+            parts.append(f"{side} n/a")
+        elif (flag := sanity.tax(side, row.low_pct, row.tax_pct, row.high_pct)) is not None:
+            parts.append(f"{side} not shown: {flag.problem}")
+        elif row.low_pct is None or row.high_pct is None:
+            parts.append(f"{side} {row.tax_pct:+.0f}% (no interval)")
+        else:
+            parts.append(f"{side} {row.tax_pct:+.0f}% ({row.low_pct:.0f} to "
+                         f"{row.high_pct:.0f})")
+    return ", ".join(parts)
 
 
 def tax_section(analysis: Analysis) -> list[Section]:
@@ -103,7 +167,7 @@ def tax_section(analysis: Analysis) -> list[Section]:
         classes = [f"{row.work_class} {row.tax_pct:+.0f}%" for row in tax.rows
                    if row.side == "compute" and row.size == ALL and row.work_class != ALL
                    and row.tax_pct is not None]
-        lines.append(f"{run.name}: {tax.describe()}"
+        lines.append(f"{run.name}: {describe_tax(tax)}"
                      + (f"; compute by class: {', '.join(classes)}" if classes else ""))
     if len(lines) > SHOWN_FINDINGS:   # as many as the findings; the JSON has every run's
         lines[SHOWN_FINDINGS:] = [f"... and {len(lines) - SHOWN_FINDINGS} more runs (--json)"]

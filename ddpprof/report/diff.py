@@ -8,36 +8,35 @@ from typing import Any
 
 import msgspec
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 
 from ..diff.compare import Delta, ItemDelta, PairDiff
-from .html import embed, generated, layout
+from ..units import MIB
+from .charts import colour, embed, generated, layout, plotly_js, rounded
 from .table import Column, Table, format_cell, template_environment
 
 PART_COLUMNS = [
-    Column("pair", wide=True, max_width=40), Column("label", "part", max_width=34),
+    Column("pair", wide=True, max_width=40), Column("part", attr="label", max_width=34),
     Column("before_ms"), Column("after_ms"), Column("delta_ms"), Column("low_ms"),
-    Column("high_ms"), Column("of_step_delta_pct", "of_change_%"), Column("verdict"),
-    Column("rank", "most_on_rank", wide=True), Column("rank_delta_ms", wide=True)]
+    Column("high_ms"), Column("of_step_delta_pct"), Column("verdict"),
+    Column("most_on_rank", attr="rank", wide=True), Column("rank_delta_ms", wide=True)]
 ITEM_COLUMNS = [
     Column("pair", wide=True, max_width=40), Column("part", max_width=26),
     Column("item", max_width=48), Column("name", wide=True), Column("shape", wide=True),
     Column("before_ms"), Column("after_ms"), Column("delta_ms"),
     Column("before_calls", wide=True), Column("after_calls", wide=True)]
 COLLECTIVE_COLUMNS = [
-    Column("pair", wide=True, max_width=40), Column("kind"), Column("process_group", "group"),
-    Column("before_calls", "calls_before"), Column("after_calls", "calls_after"),
-    Column("before_ms", "ms_before"), Column("after_ms", "ms_after"),
-    Column("before_bytes_per_call", "MiB_per_call_before", scale=2**20, wide=True),
-    Column("after_bytes_per_call", "MiB_per_call_after", scale=2**20, wide=True),
-    Column("before_busbw_gbps", "busbw_before"), Column("after_busbw_gbps", "busbw_after")]
+    Column("pair", wide=True, max_width=40), Column("kind"),
+    Column("group", attr="process_group"), Column("before_calls"), Column("after_calls"),
+    Column("before_ms"), Column("after_ms"),
+    Column("before_mib_per_call", attr="before_bytes_per_call", scale=MIB, wide=True),
+    Column("after_mib_per_call", attr="after_bytes_per_call", scale=MIB, wide=True),
+    Column("before_busbw_gbps"), Column("after_busbw_gbps")]
 BUCKET_COLUMNS = [
-    Column("pair", wide=True, max_width=40), Column("index", "bucket"),
-    Column("before_size_bytes", "MiB_before", scale=2**20, wide=True),
-    Column("after_size_bytes", "MiB_after", scale=2**20, wide=True),
-    Column("before_launch_ms", "launch_before"), Column("after_launch_ms", "launch_after"),
-    Column("launch_delta_ms", "launch_delta"), Column("before_exposed_ms", "exposed_before"),
-    Column("after_exposed_ms", "exposed_after"), Column("exposed_delta_ms", "exposed_delta")]
+    Column("pair", wide=True, max_width=40), Column("bucket", attr="index"),
+    Column("before_mib", attr="before_size_bytes", scale=MIB, wide=True),
+    Column("after_mib", attr="after_size_bytes", scale=MIB, wide=True),
+    *(Column(key) for key in ("before_launch_ms", "after_launch_ms", "launch_delta_ms",
+                              "before_exposed_ms", "after_exposed_ms", "exposed_delta_ms"))]
 
 
 def pair_name(pair: PairDiff) -> str:
@@ -86,6 +85,9 @@ def _signed(value: float) -> str:
 def headline(pair: PairDiff, significance: float) -> str:
     step = pair.step
     change = f" ({100 * step.delta_ms / step.before_ms:+.1f}%)" if step.before_ms else ""
+    if step.low_ms is None or step.high_ms is None:
+        return (f"step {step.before_ms:.2f} → {step.after_ms:.2f} ms{change}, "
+                f"{_signed(step.delta_ms)} ms: {pair.verdict}")
     changed = sum(p.significant for p in pair.parts)
     parts = f"{changed} part{'s' if changed != 1 else ''} beyond the noise"
     return (f"step {step.before_ms:.2f} → {step.after_ms:.2f} ms{change}, "
@@ -114,33 +116,55 @@ def summary_lines(pair: PairDiff, significance: float) -> list[str]:
     return lines
 
 
+def _mark(part: Delta) -> str:
+    if part.significant:
+        return ""
+    return " (noise)" if part.low_ms is not None else " (no verdict)"
+
+
 def waterfall_figure(pair: PairDiff) -> go.Figure:
-    """The step before, each part's change, the step after."""
+    """The step before, each part's change (a bar from where the parts before it left the
+    step), the step after: one row each, so every part's name can be read."""
     parts = pair.parts
-    fig = go.Figure(go.Waterfall(
-        x=["before", *[p.label for p in parts], "after"],
-        measure=["absolute", *["relative"] * len(parts), "total"],
-        y=[pair.step.before_ms, *[p.delta_ms for p in parts], pair.step.after_ms],
-        text=[format_cell(pair.step.before_ms), *[
-            f"{p.delta_ms:+.2f}{'' if p.significant else ' (noise)'}" for p in parts],
-              format_cell(pair.step.after_ms)],
-        textposition="outside", connector=dict(line=dict(color="#999")),
-        increasing=dict(marker=dict(color="#d64550")),
-        decreasing=dict(marker=dict(color="#2f9e44")),
-        totals=dict(marker=dict(color="#2f7ed8"))))
+    labels = ["before", *(p.label for p in parts), "after"]
+    bases, deltas, level = [], [], pair.step.before_ms
+    for part in parts:
+        bases.append(level)
+        deltas.append(part.delta_ms)
+        level += part.delta_ms
+    fig = go.Figure()
+    series = (("step", [0.0, 0.0], [pair.step.before_ms, pair.step.after_ms],
+               ["before", "after"], "#2f7ed8"),
+              ("longer", [b for b, d in zip(bases, deltas, strict=True) if d >= 0],
+               [d for d in deltas if d >= 0], [p.label for p in parts if p.delta_ms >= 0],
+               "#d64550"),
+              ("shorter", [b for b, d in zip(bases, deltas, strict=True) if d < 0],
+               [d for d in deltas if d < 0], [p.label for p in parts if p.delta_ms < 0],
+               "#2f9e44"))
+    notes = {p.label: _mark(p) for p in parts}
+    for name, base, size, names, color in series:
+        if names:
+            fig.add_trace(go.Bar(
+                name=name, y=names, x=rounded(size), base=rounded(base), orientation="h",
+                marker_color=color, text=[f"{v:+.2f}{notes.get(n, '')}" if name != "step"
+                                          else f"{v:.2f}" for v, n in zip(size, names,
+                                                                          strict=True)],
+                textposition="none", hovertemplate="%{y}: %{text} ms<extra></extra>"))
     return layout(fig, f"{pair_name(pair)}: the step's change by part (ms per step)",
-                  yaxis_title="ms per step", height=460, showlegend=False)
+                  barmode="overlay", xaxis_title="ms per step", height=160 + 26 * len(labels),
+                  yaxis=dict(categoryorder="array", categoryarray=labels, autorange="reversed"))
 
 
 def side_by_side_figure(pair: PairDiff) -> go.Figure:
-    """Both sides' steps stacked by part."""
+    """Both sides' steps stacked by part, a colour each."""
     fig = go.Figure()
-    for part in sorted(pair.parts, key=lambda p: p.part):
+    for index, part in enumerate(sorted(pair.parts, key=lambda p: p.part)):
         fig.add_trace(go.Bar(name=part.label, x=["before", "after"],
-                             y=[part.before_ms, part.after_ms],
+                             y=rounded([part.before_ms, part.after_ms]),
+                             marker_color=colour(index),
                              hovertemplate=f"{part.label}: %{{y:.3f}} ms<extra></extra>"))
     return layout(fig, "Both sides' steps by part (ms per step)", barmode="stack",
-                  yaxis_title="ms per step", height=460)
+                  yaxis_title="ms per step", height=460 + 12 * len(pair.parts))
 
 
 def render_page(pairs: Sequence[PairDiff], title: str, significance: float,
@@ -153,7 +177,7 @@ def render_page(pairs: Sequence[PairDiff], title: str, significance: float,
                          "tables": [_html_table(t, pair_name(pair)) for t in tables([pair])]})
     return template_environment(html=True).get_template("diff.html.j2").render(
         title=title, generated=generated(), sections=sections, notes=list(notes),
-        figure_count=sum(len(s["figures"]) for s in sections), plotly_js=get_plotlyjs())
+        figure_count=sum(len(s["figures"]) for s in sections), plotly_js=plotly_js())
 
 
 def _html_table(table: Table, pair: str) -> dict[str, Any]:

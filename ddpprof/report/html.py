@@ -1,54 +1,38 @@
 """The self-contained HTML comparison report of ``analyze``: jinja2 page, plotly figures,
-plotly.js inlined once, so the file opens from disk with no network. (The smaller pages of the
-other commands are in ``pages``.)"""
+plotly.js (its basic bundle: bar and scatter traces) inlined once, so the file opens from disk
+with no network. It opens on the answer: each run's step and where it goes, the top findings;
+then the tables, the charts and the timelines. (The smaller pages of the other commands are
+in ``pages``.)"""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
 from typing import Any
 
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 
+from .. import sanity
 from ..analysis import Analysis, RunResult, rank_row, run_row
 from ..analysis.group_rows import group_rows
 from ..analysis.rows import COLUMN_KINDS, CollectiveRow, RunRow, memory_of, peak_memory_mib
 from ..findings import Finding
+from ..metrics.registry import METRICS, metric
 from ..units import MIB
 from ..variants import variant_info
-from .table import format_cell, template_environment
+from . import console
+from .charts import colour, embed, generated, layout, plotly_js, rounded
+from .table import format_cell, format_value, template_environment
 
-TABLE_COLUMNS = [
-    ("run", "Run"), ("variant", "Variant"), ("model", "Model"), ("world_size", "Ranks"),
-    ("backend", "Backend"), ("compute_pct", "Compute %"), ("non_compute_pct", "Non-compute %"),
-    ("idle_pct", "Idle %"), ("overlap_pct", "Overlap %"),
-    ("comm_overhead_pct", "Comm overhead %"),
-    ("all_reduce_calls_per_step", "All-reduce calls / step"),
-    ("all_reduce_ms_per_step", "All-reduce ms / step"), ("samples_per_s", "Samples/s"),
-    ("speedup_vs_single", "Speedup vs single"),
-]
-
-DEFINITIONS = [
-    ("Window", "GPU: first to last analyzed kernel. CPU: the analyzed ProfilerSteps. The last "
-               "step is dropped by default, as HolisticTraceAnalysis does."),
-    ("Compute %", "Time some compute runs (GPU: compute kernels; CPU: ops on the training "
-                  "thread, minus communication and waits), as a share of the window."),
-    ("Non-compute %", "Time only communication, memory copies or waits run."),
-    ("Idle %", "Time nothing runs."),
-    ("Overlap %", "Share of communication time during which compute also runs: how much of "
-                  "the gradient traffic hides behind backward. n/a without communication."),
-    ("Comm overhead %", "Communication no compute hides (exposed), as a share of the window."),
-    ("Collective calls and ms / step", "Per optimizer step (one ProfilerStep), averaged over "
-                                       "ranks, by kind (all-reduce, reduce-scatter, "
-                                       "all-gather); bucketed variants make fewer, larger "
-                                       "calls."),
-    ("Bus bandwidth", "Bytes moved / time in the calls, times 2(n-1)/n for all-reduce, "
-                      "(n-1)/n for reduce-scatter and all-gather "
-                      "(the nccl-tests convention)."),
-]
+#: The comparison table: one name per metric (``ddpprof.metrics.registry``); the page shows
+#: its label and unit, and its name and definition on hover.
+TABLE_COLUMNS = ["run", "variant", "world_size", "step_ms", "compute_pct", "non_compute_pct",
+                 "idle_pct", "overlap_pct", "exposed_comm_pct", "collective_calls_per_step",
+                 "comm_ms_per_step", "samples_per_s", "speedup_vs_single"]
+#: The window, defined before the metrics the page shows (the registry's definitions).
+WINDOW = ("Window", "GPU: first to last analyzed kernel. CPU: the analyzed ProfilerSteps. The "
+                    "last step is dropped by default, as HolisticTraceAnalysis does.")
 
 COLORS = {"compute": "#2f7ed8", "non_compute": "#f28f43", "idle": "#c9c9c9",
           "comm": "#d64550"}
@@ -59,21 +43,23 @@ KIND_COLORS = {"all_reduce": "#d64550", "all_gather": "#8e44ad", "reduce_scatter
 OTHER_KIND_COLOR = "#b03060"
 
 
-def embed(fig: go.Figure) -> str:
-    """A figure as a div and its script; plotly.js itself is inlined once per page."""
-    return fig.to_html(full_html=False, include_plotlyjs=False,
-                       config={"displaylogo": False, "responsive": True})
-
-
-def generated() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def layout(fig: go.Figure, title: str, **kwargs: Any) -> go.Figure:
-    fig.update_layout(title=title, template="plotly_white", height=kwargs.pop("height", 380),
-                      margin=dict(l=60, r=20, t=50, b=60), legend=dict(orientation="h"),
-                      **kwargs)
-    return fig
+def step_figure(rows: list[RunRow]) -> go.Figure:
+    """Each run's step (ms, mean over ranks) and where it goes: compute, exposed
+    communication, the rest of non-compute (copies, waits, communication compute hides),
+    idle. The parts add up to the step."""
+    names = [r.run for r in rows]
+    parts = (("compute", lambda m: m.compute_pct, COLORS["compute"]),
+             ("exposed communication", lambda m: m.exposed_comm_pct, COLORS["comm"]),
+             ("other non-compute", lambda m: max(m.non_compute_pct - m.exposed_comm_pct, 0.0),
+              COLORS["non_compute"]),
+             ("idle", lambda m: m.idle_pct, COLORS["idle"]))
+    fig = go.Figure([go.Bar(
+        name=label, y=names, orientation="h", marker_color=color,
+        x=rounded([r.metrics.step_ms * share(r.metrics) / 100 for r in rows]),
+        hovertemplate=f"{label}: %{{x:.2f}} ms<extra></extra>") for label, share, color in parts])
+    return layout(fig, "Step time and where it goes (ms per step, mean over ranks)",
+                  barmode="stack", xaxis_title="ms per step", height=150 + 34 * len(rows),
+                  yaxis=dict(autorange="reversed"))
 
 
 def breakdown_figure(rows: list[RunRow]) -> go.Figure:
@@ -146,18 +132,20 @@ def bandwidth_figure(rows: list[RunRow]) -> go.Figure:
 def spread_figure(runs: list[RunResult]) -> go.Figure:
     """Every rank as a point, per run: a straggler stands apart from its run's cloud."""
     fig = go.Figure()
-    for metric, label in (("compute_pct", "compute %"), ("overlap_pct", "overlap %")):
+    for share, label in (("compute_pct", "compute %"), ("overlap_pct", "overlap %")):
         xs, ys, texts = [], [], []
         for run in runs:
             for rank in run.ranks:
-                value = getattr(rank_row(rank).metrics, metric)
+                value = getattr(rank_row(rank).metrics, share)
                 if value is not None:
                     xs.append(run.name)
                     ys.append(value)
                     texts.append(f"rank {rank.rank}")
-        fig.add_trace(go.Box(x=xs, y=ys, name=label, boxpoints="all", jitter=0.4,
-                             pointpos=0, text=texts, hovertemplate="%{text}: %{y:.2f}"))
-    return layout(fig, "Per-rank spread", boxmode="group", yaxis_title="%")
+        fig.add_trace(go.Scatter(x=xs, y=rounded(ys, 2), name=label, mode="markers",
+                                 marker=dict(size=9, color=colour(len(fig.data))), text=texts,
+                                 hovertemplate="%{text}: %{y:.2f}<extra></extra>"))
+    return layout(fig, "Per-rank spread (every rank a point)", yaxis_title="%",
+                  yaxis_range=[0, 105], scattermode="group")
 
 
 def timeline_figure(run: RunResult) -> go.Figure:
@@ -170,10 +158,10 @@ def timeline_figure(run: RunResult) -> go.Figure:
         if not lanes:
             continue
         compute_label, comm_label = f"rank {rank.rank} compute", f"rank {rank.rank} comm"
-        compute = lanes.compute
+        compute = decimated(lanes.compute)
         fig.add_trace(go.Bar(
-            y=[compute_label] * len(compute), x=[(b - a) / 1e3 for a, b in compute],
-            base=[a / 1e3 for a, _ in compute], orientation="h", name="compute",
+            y=[compute_label] * len(compute), x=rounded([(b - a) / 1e3 for a, b in compute]),
+            base=rounded([a / 1e3 for a, _ in compute]), orientation="h", name="compute",
             marker_color=COLORS["compute"], showlegend=rank is run.ranks[0],
             hovertemplate="compute %{base:.3f}–%{x:.3f} ms<extra></extra>"))
         kinds = dict.fromkeys(b.collective for b in lanes.comm)
@@ -181,8 +169,9 @@ def timeline_figure(run: RunResult) -> go.Figure:
             bars = [b for b in lanes.comm if b.collective == kind]
             # no text on the bars: dozens of labels in one lane overlap; hover says it all
             fig.add_trace(go.Bar(
-                y=[comm_label] * len(bars), x=[(b.end_us - b.start_us) / 1e3 for b in bars],
-                base=[b.start_us / 1e3 for b in bars], orientation="h", name=kind,
+                y=[comm_label] * len(bars),
+                x=rounded([(b.end_us - b.start_us) / 1e3 for b in bars]),
+                base=rounded([b.start_us / 1e3 for b in bars]), orientation="h", name=kind,
                 legendgroup=kind, showlegend=kind not in shown,
                 marker_color=KIND_COLORS.get(kind, OTHER_KIND_COLOR),
                 marker_line=dict(color="white", width=1), textposition="none",
@@ -194,6 +183,25 @@ def timeline_figure(run: RunResult) -> go.Figure:
                    barmode="overlay", xaxis_title="ms",
                    height=160 + 60 * 2 * len(run.ranks),
                    yaxis=dict(autorange="reversed"))
+
+
+#: A timeline is drawn about this many pixels wide: gaps narrower than a pixel are not seen.
+TIMELINE_PIXELS = 2000
+
+
+def decimated(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Intervals as a chart can show them: those whose gap is less than a pixel of the
+    whole (:data:`TIMELINE_PIXELS`) merged into one bar."""
+    if len(intervals) < 2:
+        return list(intervals)
+    pixel = (intervals[-1][1] - intervals[0][0]) / TIMELINE_PIXELS
+    merged = [intervals[0]]
+    for start, end in intervals[1:]:
+        if start - merged[-1][1] < pixel:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _size(size: float | None) -> str:
@@ -220,48 +228,52 @@ def _environment_summary(runs: list[RunResult]) -> list[tuple[str, str]]:
             ("grad accumulation", values("grad_accum")), ("parameters", values("parameters"))]
 
 
-def comparison_rows(run_rows: list[RunRow]) -> list[dict[str, Any]]:
+def comparison_rows(run_rows: list[RunRow]) -> tuple[list[dict[str, Any]], list[str]]:
     """The comparison table's cells by column (the template's view of the rows), with each
-    run's throughput against the median of the one-process runs (``single``: the registry's
-    variant that is not distributed)."""
+    run's collective calls per step (every kind) and its throughput against the median of the
+    one-process runs (``single``: the registry's variant that is not distributed); and the
+    notes of the figures that break a bound (``ddpprof.sanity``), shown as
+    ``console.FLAGGED``."""
     rows = [row.to_dict() for row in run_rows]
     single = [r["samples_per_s"] for r in rows if r["samples_per_s"]
               and (info := variant_info(r["variant"])) and not info.distributed]
     baseline = statistics.median(single) if single else None
+    notes = []
     for row in rows:
-        row["speedup_vs_single"] = (row["samples_per_s"] / baseline
-                                    if baseline and row["samples_per_s"] else None)
-    return rows
+        row["collective_calls_per_step"] = sum(
+            row[f"{kind}_calls_per_step"] or 0 for kind in COLUMN_KINDS) + (
+            row["other_collective_calls_per_step"] or 0)
+        speedup = (row["samples_per_s"] / baseline if baseline and row["samples_per_s"]
+                   else None)
+        flag = sanity.speedup("speedup_vs_single", speedup, row["world_size"])
+        row["speedup_vs_single"] = console.FLAGGED if flag else speedup
+        notes += [flag.note(row["run"])] if flag else []
+    shown, flagged = console.checked(rows)
+    return shown, notes + flagged
 
 
-RANK_COLUMNS = [
-    ("rank", "Rank"), ("compute_pct", "Compute %"), ("non_compute_pct", "Non-compute %"),
-    ("idle_pct", "Idle %"), ("overlap_pct", "Overlap %"), ("comm_ms_per_step", "Comm ms / step"),
-    ("comm_transfer_ms_per_step", "Transfer ms / step"),
-    ("comm_wait_ms_per_step", "Wait ms / step"),
-    ("caused_wait_ms_per_step", "Others' wait caused, ms / step"),
-    ("state_memory_mib", "Params+grads+optimizer MiB"), ("peak_memory_mib", "Peak memory MiB"),
-]
+RANK_COLUMNS = ["rank", "compute_pct", "non_compute_pct", "idle_pct", "overlap_pct",
+                "comm_ms_per_step", "comm_transfer_ms_per_step", "comm_wait_ms_per_step",
+                "caused_wait_ms_per_step", "state_memory_mib", "peak_memory_mib"]
 
 
 def rank_tables(analysis: Analysis) -> list[dict[str, Any]]:
-    """Per run, one row per rank, and which rank made the others wait the most."""
-    return [{"run": run.name, "slowest_rank": run.slowest_rank,
-             "rows": [{**rank_row(rank).to_dict(), **_rank_memory(run, rank.rank)}
-                      for rank in run.ranks]}
-            for run in analysis.runs]
+    """Per run, one row per rank (figures that break a bound flagged, with their notes), and
+    which rank made the others wait the most."""
+    tables = []
+    for run in analysis.runs:
+        rows, notes = console.checked([{**rank_row(rank).to_dict(),
+                                        **_rank_memory(run, rank.rank)} for rank in run.ranks],
+                                      "rank")
+        tables.append({"run": run.name, "slowest_rank": run.slowest_rank, "rows": rows,
+                       "notes": [f"rank {note}" for note in notes]})
+    return tables
 
 
-GROUP_COLUMNS = [
-    ("name", "Group"), ("description", "Description"), ("groups", "Ranks"),
-    ("calls_per_step", "Calls / step"), ("bytes_per_step", "Bytes / step"),
-    ("comm_ms_per_step", "Comm ms / step"), ("exposed_comm_ms_per_step", "Exposed ms / step"),
-    ("overlap_pct", "Overlap %"), ("busbw_gbps", "Bus GB/s"),
-    ("wait_ms_per_step", "Wait ms / step"), ("straggler_rank", "Straggler"),
-    ("locality", "Node"), ("a2a_imbalance", "All-to-all imbalance"),
-    ("queued_ms_per_step", "Queued ms / step"), ("queued_behind", "Queued behind"),
-    ("source", "Found by"),
-]
+GROUP_COLUMNS = ["name", "description", "groups", "calls_per_step", "bytes_per_step",
+                 "comm_ms_per_step", "exposed_comm_ms_per_step", "overlap_pct", "busbw_gbps",
+                 "wait_ms_per_step", "straggler_rank", "locality", "a2a_imbalance",
+                 "queued_ms_per_step", "queued_behind", "source"]
 
 
 def group_tables(analysis: Analysis) -> list[dict[str, Any]]:
@@ -374,35 +386,77 @@ def _last_step_note(analysis: Analysis) -> str:
     return "; ".join(f"{run}: last ProfilerStep {value}" for run, value in notes.items())
 
 
+def evidence_text(name: str, value: Any, unit: str) -> str:
+    """One piece of a finding's evidence in words and units (``gradient bytes per step:
+    5.58 MiB``); a launch point past backward's end said so (``sanity.launch_point``)."""
+    shown = (sanity.launch_point(value) if name == "first_launch_into_backward"
+             and isinstance(value, int | float) else format_value(value, unit))
+    return f"{name.replace('_', ' ')}: {shown}"
+
+
+def finding_view(finding: Finding) -> dict[str, Any]:
+    """A finding as the page shows it: one line (its headline and first sentence), then its
+    whole message and evidence, folded."""
+    first = finding.message.split(". ")[0].rstrip(".") + "."
+    return {"severity": finding.severity, "headline": console.headline(finding),
+            "line": first, "message": finding.message,
+            "evidence": [evidence_text(e.name, e.value, e.unit) for e in finding.evidence]}
+
+
+#: Findings the page opens on; the others are folded below them.
+TOP_FINDINGS = 3
+
+
+def header(name: str) -> dict[str, str]:
+    """A column's header: the registry's label and unit, its name and definition on hover."""
+    found = metric(name)
+    if found is None:
+        return {"key": name, "label": name.replace("_", " ").capitalize(), "title": name}
+    unit = f" ({found.unit})" if found.unit and found.unit not in ("calls",) else ""
+    return {"key": name, "label": found.label + unit,
+            "title": f"{name}: {found.definition}"}
+
+
 def render_report(analysis: Analysis, title: str, findings: list[Finding] | None = None,
                   extra_figures: Sequence[go.Figure] = ()) -> str:
-    """The whole page as one string (the caller writes it); ``findings`` open the page;
-    ``extra_figures`` (``analyze --critical-path``'s) follow the others."""
+    """The whole page as one string (the caller writes it). It opens on the answer: each
+    run's step and where it goes, and the top findings (``findings``, those worth listing);
+    then the comparison, per-rank and per-group tables, the charts (``extra_figures``,
+    ``analyze --critical-path``'s, after the others), the timelines and the buckets."""
     run_rows = [run_row(run) for run in analysis.runs]
-    figures = [breakdown_figure(run_rows), overlap_figure(run_rows),
-               collectives_figure(run_rows), bandwidth_figure(run_rows),
+    communicates = bool(_kinds_present(run_rows))   # charts of communication need some
+    figures = [breakdown_figure(run_rows),
+               *([overlap_figure(run_rows), collectives_figure(run_rows),
+                  bandwidth_figure(run_rows)] if communicates else []),
                spread_figure(analysis.runs)]
     memory = memory_figure(analysis.runs)
     if memory is not None:
         figures.append(memory)
+    summary = embed(step_figure(run_rows))
     html_figures = [embed(fig) for fig in [*figures, *extra_figures]]
     drawn = analysis.runs[:MAX_DRAWN_RUNS]
     html_timelines = [embed(timeline_figure(run)) for run in drawn]
     buckets = bucket_tables(analysis)
+    shown = [finding_view(f) for f in console.listed(findings or [])]
+    rows, notes = comparison_rows(run_rows)
+    used = [*TABLE_COLUMNS, *RANK_COLUMNS, *GROUP_COLUMNS]
     return template_environment(html=True).get_template("report.html.j2").render(
-        title=title, generated=generated(),
-        environment=_environment_summary(analysis.runs), definitions=DEFINITIONS,
-        columns=TABLE_COLUMNS, rows=comparison_rows(run_rows), cell=format_cell,
-        figures=html_figures,
-        rank_columns=RANK_COLUMNS, rank_tables=rank_tables(analysis),
-        group_columns=GROUP_COLUMNS, group_tables=group_tables(analysis),
+        title=title, generated=generated(), summary_figure=summary,
+        environment=_environment_summary(analysis.runs),
+        definitions=[WINDOW, *((METRICS[k].label, f"{k}: {METRICS[k].definition}")
+                               for k in dict.fromkeys(used) if k in METRICS)],
+        columns=[header(key) for key in TABLE_COLUMNS], rows=rows, table_notes=notes,
+        cell=format_cell, figures=html_figures,
+        rank_columns=[header(k) for k in RANK_COLUMNS], rank_tables=rank_tables(analysis),
+        group_columns=[header(k) for k in GROUP_COLUMNS], group_tables=group_tables(analysis),
         timelines=html_timelines, bucket_columns=BUCKET_COLUMNS, bucket_tables=buckets,
-        figure_count=len(html_figures) + len(html_timelines) + sum(
+        figure_count=1 + len(html_figures) + len(html_timelines) + sum(
             1 for b in buckets if b["figure"]),
         errors=analysis.errors, unfinished=analysis.unfinished,
         last_step_note=_last_step_note(analysis),
-        tax_lines=[f"{run.name}: {run.overlap_tax.describe()}" for run in analysis.runs
-                   if run.overlap_tax is not None],
+        tax_lines=[f"{run.name}: {console.describe_tax(run.overlap_tax)}"
+                   for run in analysis.runs if run.overlap_tax is not None],
         drawn_note=f"The first {len(drawn)} of {len(analysis.runs)} runs are drawn." if len(
             drawn) < len(analysis.runs) else "",
-        findings=[f.to_dict() for f in findings or []], plotly_js=get_plotlyjs())
+        top_findings=shown[:TOP_FINDINGS], more_findings=shown[TOP_FINDINGS:],
+        left_out=len(findings or []) - len(shown), plotly_js=plotly_js())

@@ -9,6 +9,7 @@ or ``--csv -`` that is the table, printed once.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,7 +20,16 @@ import msgspec
 
 from ..atomic import check_outputs, is_stdout, json_text, refuse_inputs, write_output
 from ..errors import without_secrets
-from .table import Table, markdown_text, terminal_text, to_csv, to_markdown, to_text
+from .table import (
+    Table,
+    markdown_text,
+    terminal_text,
+    terminal_width,
+    to_csv,
+    to_markdown,
+    to_text,
+    wrap,
+)
 
 
 @dataclass(frozen=True)
@@ -126,14 +136,27 @@ def markdown(output: Output, wide: bool) -> str:
     return "\n".join(parts)
 
 
-def terminal(output: Output, wide: bool, tty: bool) -> str:
-    text = "".join(terminal_text(line) + "\n" for line in output.intro)
-    text += "".join(to_text(t, wide, tty) for t in output.tables if t.rows)
+_LEAD = re.compile(r"^(\s*(?:\d+\.|-|\*)?\s*)")
+
+
+def paragraph(line: str, width: int) -> str:
+    """One line of text wrapped to ``width`` at word boundaries (``table.wrap``), the lines
+    after the first indented as far as its text starts (past ``1. `` or ``- ``)."""
+    indent = " " * len(_LEAD.match(line).group(1))  # type: ignore[union-attr]
+    return "".join(part + "\n" for part in wrap(terminal_text(line), width, indent,
+                                                  prose=True))
+
+
+def terminal(output: Output, wide: bool, tty: bool, width: int | None = None) -> str:
+    """What is printed: the tables fitted to ``width`` (the terminal's), text wrapped to it."""
+    width = width or terminal_width()
+    text = "".join(paragraph(line, width) for line in output.intro)
+    text += "".join(to_text(t, wide, tty, width) for t in output.tables if t.rows)
     for section in output.sections:
         lines = ([section.title] if section.title else []) + section.lines
-        text += "\n" + "".join(terminal_text(line) + "\n" for line in lines)
+        text += "\n" + "".join(paragraph(line, width) for line in lines)
     if output.summary:
-        text += terminal_text(output.summary) + "\n"
+        text += paragraph(output.summary, width)
     return text
 
 
@@ -160,4 +183,5 @@ def emit(output: Output, outputs: Outputs) -> None:
         stream.flush()
     notes = output.notes + ([f"report: {page}"] if page is not None else [])
     notes += [f"ddpprof: error: {error}" for error in output.errors]
+    # one line each: a note or an error is greppable, and bad input is one line
     sys.stderr.write("".join(terminal_text(without_secrets(note)) + "\n" for note in notes))

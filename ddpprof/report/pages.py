@@ -3,14 +3,14 @@ introduction, the command's table and its figures, plotly.js inlined once."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 
 from ..variants import DEFAULT_BUCKET_CAP_MIB
-from .html import embed, generated, layout
-from .table import Table, format_cell, template_environment
+from .charts import colour, embed, generated, layout, plotly_js
+from .table import Table, counted, format_cell, template_environment
 
 if TYPE_CHECKING:
     from ..bench import BenchDocument, BenchRow
@@ -26,7 +26,25 @@ def render_page(title: str, intro: list[str], table: Table, figures: list[go.Fig
         headers=[c.title for c in table.columns],
         rows=[[format_cell(table.shown_value(row, c)) for c in table.columns]
               for row in table.rows],
-        figures=[embed(fig) for fig in figures], plotly_js=get_plotlyjs())
+        figures=[embed(fig) for fig in figures], plotly_js=plotly_js())
+
+
+def log_range(values: list[float]) -> list[float]:
+    """A log axis's range (in log10, as plotly takes it) that holds ``values`` with a little
+    room on each side, and no more."""
+    low, high = math.log10(min(values)), math.log10(max(values))
+    pad = max(0.08 * (high - low), 0.1)
+    return [low - pad, high + pad]
+
+
+def default_cap_marker(fig: go.Figure, caps: list[float], steps: list[float]) -> None:
+    """The default bucket cap as a dashed vertical line over the data's step times, when it
+    is within the caps drawn (a line of the data: never beyond the axis's range)."""
+    if not caps or not steps or not min(caps) <= DEFAULT_BUCKET_CAP_MIB <= max(caps):
+        return
+    fig.add_trace(go.Scatter(x=[DEFAULT_BUCKET_CAP_MIB] * 2, y=[min(steps), max(steps)],
+                             mode="lines", line=dict(dash="dash", color="#888"),
+                             name=f"default {DEFAULT_BUCKET_CAP_MIB:g} MiB", hoverinfo="skip"))
 
 
 def valley_figure(rows: list[SweepRow]) -> go.Figure:
@@ -34,19 +52,20 @@ def valley_figure(rows: list[SweepRow]) -> go.Figure:
     from ..sweep import series
 
     fig = go.Figure()
-    for name in dict.fromkeys(series(r, rows) for r in rows):
+    for index, name in enumerate(dict.fromkeys(series(r, rows) for r in rows)):
         mine = [r for r in rows if series(r, rows) == name and r.step_ms is not None]
         fig.add_trace(go.Scatter(
             x=[r.bucket_cap_mib for r in mine], y=[r.step_ms for r in mine],
-            mode="lines+markers", name=name,
+            mode="lines+markers", name=name, line=dict(color=colour(index)),
             text=[f"overlap {format_cell(r.overlap_pct)} %, "
                   f"{format_cell(r.gradient_calls_per_step)} "
                   f"{(r.gradient_collective or 'collective').replace('_', '-')}s/step"
                   for r in mine],
             hovertemplate="%{x} MiB: %{y:.1f} ms<br>%{text}<extra></extra>"))
-    fig.add_vline(x=DEFAULT_BUCKET_CAP_MIB, line_dash="dash", line_color="#888",
-                  annotation_text=f"default {DEFAULT_BUCKET_CAP_MIB:g} MiB")
+    caps = [r.bucket_cap_mib for r in rows if r.step_ms is not None]
+    default_cap_marker(fig, caps, [r.step_ms for r in rows if r.step_ms is not None])
     return layout(fig, "Step time against bucket size", xaxis_type="log",
+                  xaxis_range=log_range(caps) if caps else None,
                   xaxis_title="bucket cap (MiB, log scale)", yaxis_title="step time (ms)")
 
 
@@ -83,12 +102,13 @@ def calibration_page(summary: str, table: Table, rows: list[PointRow]) -> str:
 def speedup_figure(rows: list[BenchRow]) -> go.Figure:
     """Speedup against ``single`` by process count: one line per model and variant."""
     fig = go.Figure()
-    for model, variant in dict.fromkeys((r.model, r.variant) for r in rows):
+    for index, (model, variant) in enumerate(dict.fromkeys((r.model, r.variant) for r in rows)):
         mine = sorted((r for r in rows if (r.model, r.variant) == (model, variant)
                        and r.speedup is not None), key=lambda r: r.nproc)
         if mine:
             fig.add_trace(go.Scatter(x=[r.nproc for r in mine], y=[r.speedup for r in mine],
-                                     mode="lines+markers", name=f"{model} {variant}"))
+                                     mode="lines+markers", name=f"{model} {variant}",
+                                     line=dict(color=colour(index))))
     counts = sorted({r.nproc for r in rows})
     fig.add_trace(go.Scatter(x=counts, y=counts, mode="lines", name="linear",
                              line=dict(dash="dot", color="#999")))
@@ -118,20 +138,24 @@ def bench_page(document: BenchDocument, table: Table) -> str:
 def prediction_figure(rows: list[SimulateRow]) -> go.Figure:
     """Predicted step time against bucket size per world size, measured points on top."""
     fig = go.Figure()
-    for n in dict.fromkeys(r.world_size for r in rows):
+    for index, n in enumerate(dict.fromkeys(r.world_size for r in rows)):
         mine = [r for r in rows if r.world_size == n]
         fig.add_trace(go.Scatter(x=[r.bucket_cap_mib for r in mine],
                                  y=[r.step_ms for r in mine], mode="lines+markers",
-                                 name=f"predicted, {n} ranks"))
+                                 line=dict(color=colour(index)),
+                                 name=f"predicted, {counted(n, 'rank')}"))
     measured = [r for r in rows if r.measured_step_ms]
     if measured:
         fig.add_trace(go.Scatter(x=[r.bucket_cap_mib for r in measured],
                                  y=[r.measured_step_ms for r in measured], mode="markers",
                                  marker=dict(size=11, symbol="x", color="black"),
-                                 name=f"measured, {measured[0].world_size} ranks"))
-    fig.add_vline(x=DEFAULT_BUCKET_CAP_MIB, line_dash="dash", line_color="#888",
-                  annotation_text=f"default {DEFAULT_BUCKET_CAP_MIB:g} MiB")
+                                 name=f"measured, {counted(measured[0].world_size, 'rank')}"))
+    caps = [r.bucket_cap_mib for r in rows if r.bucket_cap_mib is not None]
+    steps = [r.step_ms for r in rows] + [r.measured_step_ms for r in measured
+                                         if r.measured_step_ms]
+    default_cap_marker(fig, caps, steps)
     return layout(fig, "Predicted step time against bucket size", xaxis_type="log",
+                  xaxis_range=log_range(caps) if caps else None,
                   xaxis_title="bucket cap (MiB, log scale)", yaxis_title="step time (ms)")
 
 

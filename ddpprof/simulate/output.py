@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
+from .. import sanity
 from ..errors import UsageError
 from ..json_input import read_json_bytes
 from ..manifest import RunManifest, validation_problem
-from ..report.table import Column, columns
 from ..units import KIB, MIB
 from ..variants import DEFAULT_BUCKET_CAP_MIB
 from .results import Measured, SimulateRow, Simulation, best, median_error_pct
-
-COLUMNS: list[Column] = [
-    Column("variant"), Column("world_size", "ranks"), Column("bucket_cap_mib", "cap_mib"),
-    Column("step_ms"), Column("exposed_comm_ms", "exposed_ms"), Column("overlap_pct", "overlap_%"),
-    Column("efficiency"), Column("measured_step_ms", "measured_ms"), Column("error_pct", "error_%"),
-    *columns(wide=("buckets", "recorded"))]
 
 
 class CostDocument(msgspec.Struct, kw_only=True):
@@ -71,7 +66,8 @@ def rows(simulation: Simulation, sweep_points: dict[float, float]) -> list[Simul
                 measured = sweep_points.get(p.bucket_cap_mb)
         table.append(SimulateRow(
             variant=p.variant, world_size=p.world_size, bucket_cap_mib=p.bucket_cap_mb,
-            buckets=p.buckets, step_ms=p.step_ms, exposed_comm_ms=p.exposed_comm_ms,
+            buckets=p.buckets, step_ms=p.step_ms,
+            exposed_comm_ms_per_step=p.exposed_comm_ms_per_step,
             overlap_pct=p.overlap_pct, efficiency=p.efficiency, recorded=p.recorded,
             measured_step_ms=measured,
             error_pct=100 * (p.step_ms - measured) / measured if measured else None))
@@ -86,15 +82,21 @@ def summary_lines(simulation: Simulation) -> list[str]:
         fit += (f"; between {cost.curve[0][0] / KIB:,.0f} KiB and {cost.curve[-1][0] / MIB:,.0f}"
                 " MiB of traffic, the sweep's measured times")
     compute = ", ".join(f"{name} {100 * value:.1f}%" for name, value in tax.compute.items())
+    if sanity.bandwidth("β", cost.beta_bytes_per_us / 1e3) is not None:
+        model = f"cost model: {cost.source} (the run's own configuration only)"
+    else:
+        model = (f"cost model: α = {cost.alpha_us:.1f} µs, β = "
+                 f"{cost.beta_bytes_per_us / 1e3:.3f} GB/s bus bandwidth ({cost.source}{fit}); "
+                 f"the run's transfers took {simulation.cost_level:.2f}x its time (each step is "
+                 "replayed at its own level)")
+    ranks = f"{simulation.world_size} rank" + ("s" if simulation.world_size != 1 else "")
     lines = [
-        f"cost model: α = {cost.alpha_us:.1f} µs, β = {cost.beta_bytes_per_us / 1e3:.3f} GB/s "
-        f"bus bandwidth ({cost.source}{fit}); the run's transfers took "
-        f"{simulation.cost_level:.2f}x its time (each step is replayed at its own level)",
+        model,
         f"overlap tax ({simulation.tax_source}): compute beside a collective {compute} longer; "
         f"a collective beside compute {100 * tax.communication:.1f}% longer",
-        f"step graphs from {_steps_text(simulation.steps)} ({len(simulation.steps)} steps, "
-        f"{simulation.world_size} ranks); profiler overhead {simulation.overhead_ratio:.3f}x "
-        "divided out"]
+        f"step graphs from {_steps_text(simulation.steps)} ({len(simulation.steps)} step"
+        f"{'s' if len(simulation.steps) != 1 else ''}, {ranks}); profiler overhead "
+        f"{simulation.overhead_ratio:.3f}x divided out"]
     if simulation.edits:
         lines.append(f"every row with: {', '.join(simulation.edits)}")
     return lines + [f"note: {note}" for note in simulation.notes]
@@ -117,8 +119,9 @@ def verdict_lines(simulation: Simulation) -> list[str]:
         seen = "n/a" if measured.overlap_pct is None else f"{measured.overlap_pct:.1f}%"
         label = "" if own.variant == "as recorded" else f" ({own.variant})"
         lines.append(f"as recorded{label}: predicted {own.step_ms:.2f} ms per step, "
-                     f"measured {_ms(measured.step_ms)}{error}; overlap predicted {overlap}, "
-                     f"measured {seen} (trace)")
+                     f"measured {_ms(measured.step_ms)}{error}"
+                     f"{f' ({measured.step_source})' if measured.step_ms else ''}; "
+                     f"overlap predicted {overlap}, measured {seen} (trace)")
     for n, top in best(simulation.predictions).items():
         default = next((p for p in simulation.predictions if p.world_size == n
                         and p.bucket_cap_mb == DEFAULT_BUCKET_CAP_MIB and p.variant == top.variant),
@@ -154,9 +157,9 @@ def to_json_document(simulation: Simulation) -> SimulateDocument:
 
 class _MeasuredRow(msgspec.Struct):
     variant: str | None = None
-    bucket_cap_mib: float | None = None
-    bucket_cap_mb: float | None = None      # sweep --json version 1
-    step_ms: float | None = None
+    bucket_cap_mib: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
+    bucket_cap_mb: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None   # version 1
+    step_ms: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
 
 
 class _SweepFile(msgspec.Struct):

@@ -16,7 +16,7 @@ class Prediction:
     bucket_cap_mb: float | None
     buckets: int                       # gradient collectives per step
     step_ms: float                     # unprofiled (see the module's docstring)
-    exposed_comm_ms: float
+    exposed_comm_ms_per_step: float
     overlap_pct: float | None
     efficiency: float                  # single-process time / (N × step)
     recorded: bool                     # the run's own configuration
@@ -33,7 +33,7 @@ class SimulateRow:
     bucket_cap_mib: float | None
     buckets: int
     step_ms: float
-    exposed_comm_ms: float
+    exposed_comm_ms_per_step: float
     overlap_pct: float | None
     efficiency: float
     recorded: bool
@@ -43,12 +43,15 @@ class SimulateRow:
 
 @dataclass(frozen=True)
 class Measured:
-    """The run as recorded: its median unprofiled step (run.json) and, as ``analyze``
-    measures them (mean over ranks), overlap % and exposed communication per step."""
+    """The run as recorded: its step (run.json's median unprofiled step, else, for a trace
+    ddpprof did not record, ``analyze``'s step: the mean over ranks of the analyzed window over
+    its steps) and, as ``analyze`` measures them (mean over ranks), overlap % and exposed
+    communication per step."""
 
     step_ms: float | None
     overlap_pct: float | None
-    exposed_comm_ms: float
+    exposed_comm_ms_per_step: float
+    step_source: str = "run.json"
 
 
 @dataclass

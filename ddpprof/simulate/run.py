@@ -19,6 +19,7 @@ from ..graph.model import CycleError, StepGraph
 from ..graph.whatif import Edit, overlap_pct
 from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
 from ..metrics.cost import CostModel
+from ..options import check_rank_edits
 from ..trace.discover import discover
 from ..variants import VariantInfo, variant_info
 from . import output, sources
@@ -31,19 +32,23 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
                  bandwidth_gbps: float | None = None, latency_us: float | None = None,
                  measured_file: Path | None = None, calibration_file: Path | None = None,
                  ready_order: bool = False, keep_last_step: bool = False,
-                 allow_sweep: bool = True, on_note: Callable[[str], None] | None = None,
+                 on_note: Callable[[str], None] | None = None,
                  edits: Sequence[Edit] = (),
                  jobs: int | None = None, shared_cores: int | None = None) -> Simulation:
     """``ddpprof simulate``: analyze ``run_path`` over ``analyze``'s window (the last
     ProfilerStep dropped unless ``keep_last_step``) with its steps' graphs, and predict its
     own configuration and every (world size, cap) combination (:func:`simulate`).
-    ``allow_sweep``: measure all-reduce on this machine when no cost model can be had
-    otherwise; ``shared_cores``: every rank shares that many cores (one CPU host; 0: none;
-    None: as the run says, :func:`cores_shared`)."""
+    ``shared_cores``: every rank shares that many cores (one CPU host; 0: none; None: as the
+    run says, :func:`cores_shared`)."""
     if bandwidth_gbps is not None and (bandwidth_gbps <= 0 or (latency_us or 0) < 0):
         raise UsageError("--bandwidth-gbps must be positive and --latency-us not negative")
     calibration = sources.given_calibration(calibration_file)
-    run = discover([run_path])[0]
+    found = discover([run_path])
+    if len(found) > 1:
+        names = ", ".join(r.name for r in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise UsageError(f"{run_path}: holds {len(found)} runs ({names}); simulate replays "
+                         "one: give its folder")
+    run = found[0]
     if run.error:
         raise UsageError(run.error)
     if on_note is not None:
@@ -59,11 +64,11 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
     if len(analyzed) != 1:
         raise UsageError(f"{run.folder}: its {len(analyzed)} traces carry no rank, so they are "
                          "not one run's ranks; give one trace, or a run folder")
+    check_rank_edits(edits, (r.rank for r in analyzed[0].ranks), f"run {run.folder}")
     sweep_points = output.measured_steps(measured_file, run.manifest) if measured_file else {}
     return simulate(run_path, analyzed[0], sizes_mb, world_sizes,
-                    Costs(bandwidth_gbps, latency_us, calibration, allow_sweep,
-                          on_note=on_note), ready_order, sweep_points, tuple(edits),
-                    shared_cores=shared_cores)
+                    Costs(bandwidth_gbps, latency_us, calibration), ready_order, sweep_points,
+                    tuple(edits), shared_cores=shared_cores)
 
 
 def check_replayable(manifest: RunManifest, where: object) -> None:
@@ -99,17 +104,20 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
     backend = first.backend or (config.backend if config else None)
     variant = config.variant if config else None
     info = variant_info(variant)
-    recorded_here = config is not None and config.nnodes == 1
     run_tax = Tax.measured(run.overlap_tax, notes)
     steps = [Step.of(g, run_tax) for g in graphs]
-    gradient_bytes = max(sum(g.size_bytes for g in graphs[0].gradients if g.rank == r.rank)
-                         for r in run.ranks)
+    model, calibration, missing = None, None, "the run has no collectives"
     if any(g.collectives for g in graphs):
-        model, calibration = sources.cost_model(
-            run_path, lambda: [t for s in steps for t in s.transfers], gradient_bytes, world,
-            backend, costs, notes, recorded_here)
-    else:   # nothing to cost (and nothing to re-bucket)
-        model, calibration = CostModel(0.0, math.inf, None, 0, "none: no collectives"), None
+        try:
+            model, calibration = sources.cost_model(
+                run_path, lambda: [t for s in steps for t in s.transfers], world, backend,
+                costs, notes)
+        except UsageError as error:
+            missing = str(error)
+    if model is None:   # what needs one is not predicted; the rest is answered
+        notes.append("other world sizes and bucket caps: not predicted: " + missing)
+        world_sizes, sizes_mb = [], []
+        model = CostModel(0.0, math.inf, None, 0, f"none: {missing}")
     tax, tax_source = run_tax, "measured on the run"
     if calibration is not None and calibration.overlap_tax is not None:
         tax = Tax.measured(calibration.overlap_tax.tax, [])
@@ -155,7 +163,8 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
             # exposed communication and overlap over the replayed steps as ``analyze``
             # measures them over its window (``_measured``): per step on average, and per
             # rank over all the steps, then the ranks' mean
-            exposed_comm_ms=statistics.fmean(o.exposed_us for o in outcomes) / ratio / 1e3,
+            exposed_comm_ms_per_step=statistics.fmean(o.exposed_us for o in outcomes) / ratio
+            / 1e3,
             overlap_pct=overlap_pct(outcomes),
             efficiency=statistics.median(single) / ratio / (n * step_us)
             if step_us and single else 0.0,
@@ -163,8 +172,12 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
     predictions.sort(key=lambda p: (p.world_size, p.bucket_cap_mb is None,
                                     p.bucket_cap_mb or 0))
     measured = _measured(run, manifest)
+    if info is None and sizes_mb:
+        notes.append("--bucket-cap-mib: not applied: no bucket cap is known to re-bucket (no "
+                     "run.json naming a bucketed variant beside the trace)")
     if edits:   # the run's own row is then a prediction of something else
-        measured = Measured(None, measured.overlap_pct, measured.exposed_comm_ms)
+        measured = Measured(None, measured.overlap_pct, measured.exposed_comm_ms_per_step,
+                            measured.step_source)
     simulation = Simulation(str(run_path), variant, first.path, world, [g.step for g in graphs],
                             model, tax, tax_source, run_level, ratio, predictions, measured,
                             edits=[e.label for e in edits], notes=list(dict.fromkeys(notes)))
@@ -230,12 +243,15 @@ def _measured(run: RunResult, manifest: RunManifest) -> Measured:
     ranks, overlap % and exposed communication per step."""
     ranks = run.ranks
     overlaps = [r.breakdown.overlap_pct for r in ranks if r.breakdown.overlap_pct is not None]
-    return Measured(
-        step_ms=manifest.throughput.median_step_s * 1e3 if manifest.throughput
-        and manifest.throughput.median_step_s else None,
-        overlap_pct=statistics.fmean(overlaps) if overlaps else None,
-        exposed_comm_ms=statistics.fmean(r.breakdown.exposed_comm_us / 1e3 / max(r.steps, 1)
-                                         for r in ranks))
+    exposed = statistics.fmean(r.breakdown.exposed_comm_us / 1e3 / max(r.steps, 1)
+                               for r in ranks)
+    if manifest.throughput and manifest.throughput.median_step_s:
+        return Measured(manifest.throughput.median_step_s * 1e3,
+                        statistics.fmean(overlaps) if overlaps else None, exposed)
+    return Measured(statistics.fmean(r.breakdown.window_us / 1e3 / max(r.steps, 1)
+                                     for r in ranks),
+                    statistics.fmean(overlaps) if overlaps else None, exposed,
+                    "the trace's analyzed steps")
 
 
 def _configurations(info: VariantInfo | None, own_cap: float | None, caps: list[float],

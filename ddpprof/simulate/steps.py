@@ -20,7 +20,7 @@ import numpy as np
 from ..graph.contended import Roles, Tax, recorded_work
 from ..graph.edit import CollectiveCost, RankGradients, Rebucket, WorldSize
 from ..graph.model import CycleError, NodeKind, StepGraph
-from ..graph.path import replay, step_length_us
+from ..graph.path import period_us, replay
 from ..graph.whatif import Edit, Outcome, replay_edited
 from ..manifest import BucketRecord
 from ..metrics.cost import CostModel
@@ -97,8 +97,8 @@ class Step:
 
     @property
     def recorded_us(self) -> float:
-        """Its step as recorded (the home rank's ProfilerStep, see ``graph.path``)."""
-        return step_length_us(self.graph, replay(self.graph))
+        """Its step as recorded (``graph.path.period_us``)."""
+        return period_us(self.graph, replay(self.graph))
 
     def set_level(self, model: CostModel, world: int, backend: str | None,
                   run_level: float) -> None:

@@ -17,6 +17,7 @@ import msgspec
 from . import storage
 from .decode_events import NO_ARGS, Args, text
 from .events import CommArgs, ProcessGroup
+from .names import shorten
 from .storage import Location
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
@@ -71,9 +72,10 @@ def process_groups(config: Any) -> list[ProcessGroup]:
     for entry in config if isinstance(config, list) else []:
         if isinstance(entry, dict) and entry.get("pg_name") is not None:
             desc = entry.get("pg_desc")
-            groups.append(ProcessGroup(str(entry["pg_name"]), positive_int(entry.get("pg_size")),
+            groups.append(ProcessGroup(shorten(str(entry["pg_name"])),
+                                       positive_int(entry.get("pg_size")),
                                        rank_list(entry.get("ranks")),
-                                       desc if isinstance(desc, str) else None))
+                                       shorten(desc) if isinstance(desc, str) else None))
     return groups
 
 
@@ -117,12 +119,13 @@ def comm_args(args: Args) -> CommArgs:
         in_bytes = bytes_from_shapes(args)
     ranks = rank_list(args.group_ranks)
     collective = args.collective if isinstance(args.collective, str) else None
-    group = None if args.group is None else text(args.group)
+    group = None if args.group is None else shorten(text(args.group))
     return CommArgs(collective=collective, in_bytes=in_bytes,
                     out_bytes=message_bytes(args.out_nelems, args.dtype),
                     group_size=positive_int(args.group_size) or (len(ranks) if ranks else None),
                     group=group, group_ranks=ranks, sequence=non_negative_int(args.sequence),
-                    group_desc=args.group_desc if isinstance(args.group_desc, str) else None,
+                    group_desc=shorten(args.group_desc) if isinstance(args.group_desc, str)
+                    else None,
                     in_splits=split_sizes(args.in_splits), out_splits=split_sizes(args.out_splits),
                     tensor_bytes=_tensor_bytes(bytes(args.input_dims), bytes(args.input_type)))
 

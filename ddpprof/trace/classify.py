@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..user_regex import compile_user
 from .comm_kernels import COMM_KERNEL_PATTERNS, SUSPECTED_COMM_KERNELS
 from .events import RankTrace
 
@@ -39,6 +40,18 @@ NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 #: recognised by category, their stream read from a ``"stream 7"`` thread id.
 DEVICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset", "Memcpy",
                                "Memset"})
+#: Categories of host records: what a CPU thread did (ops, annotations, runtime and driver
+#: calls, Python frames, the profiler's own overhead), in Kineto's names and the legacy
+#: profiler's. An event of these categories is never device work, whatever its arguments say:
+#: PyTorch 2.9+ writes ``"stream"`` into the arguments of Inductor's host-side Triton launch
+#: ops (``cpu_op`` ``triton_poi_fused_...``), as launch metadata. A device record is an event
+#: with a stream whose category is not one of these (``kernel``, ``gpu_memcpy``,
+#: ``gpu_memset``, ``cuda_sync``, ``mtia_ccp_events``, ...).
+HOST_RECORD_CATEGORIES = frozenset({
+    "cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function",
+    "cpu_instant_event", "overhead", "external_correlation", "mtia_runtime", "glow_runtime",
+    "xpu_runtime", "xpu_driver", "privateuse1_runtime", "privateuse1_driver", "hpu_runtime",
+    "Operator", "Runtime", "Python", "Trace", "Python function", "cuda_profiler_range"})
 _STREAM_IN_TID = re.compile(r"^stream\s*(\d+)", re.IGNORECASE)
 #: GPU synchronisation events that HTA counts as device work although they carry no stream.
 GPU_SYNC_NAMES = frozenset({"Event Sync", "Context Sync"})
@@ -149,6 +162,12 @@ OPTIMIZER_CATEGORY, DATALOADER_CATEGORY, OTHER_CATEGORY = "optimizer", "data loa
 BLOCKING_WAIT = re.compile(r"wait|^FSDP::(?:all_gather(?:\s*\(|$)|post_backward_reduce)",
                            re.IGNORECASE)
 OPTIMIZER_PREFIX = "Optimizer."
+#: Host calls that block the calling thread until device work ends: device, stream and event
+#: synchronisation (CUDA runtime and driver, HIP), and a synchronous copy. Not
+#: ``cudaStreamWaitEvent``: it makes a *stream* wait for an event, and returns at once.
+DEVICE_SYNC = re.compile(r"^(?:cuda|hip)(?:Device|Stream|Event)Synchronize$|"
+                         r"^cu(?:Ctx|Stream|Event)Synchronize$|^(?:cuda|hip)Memcpy$|"
+                         r"^cuMemcpy(?:DtoH|HtoD|DtoD)?(?:_v2)?$")
 #: Host ops that create tensors or views without computing anything: named ``other``.
 _NO_COMPUTE_OPS = re.compile(r"^aten::(?:empty|empty_like|empty_strided|view|reshape|t|"
                              r"transpose|permute|expand|as_strided|select|slice|unsqueeze|"
@@ -163,11 +182,13 @@ class KernelClassifier:
     def __init__(self, extra: Iterable[str] = (), hta_compat: bool = False) -> None:
         patterns = [COMM_KERNEL_PATTERNS[0].regex] if hta_compat else [
             p.regex for p in COMM_KERNEL_PATTERNS]
-        self.comm = re.compile("|".join(f"(?:{p})" for p in [*patterns, *extra]))
+        self.comm = re.compile("|".join(f"(?:{p})" for p in patterns))
+        # a user's expressions in linear time (``ddpprof.user_regex``): they cannot hang
+        self.extra = [compile_user(p, "--comm-kernel") for p in extra]
         self.hta_compat = hta_compat
 
     def kind(self, name: str) -> Kind:
-        if self.comm.search(name):
+        if self.comm.search(name) or any(e.search(name) for e in self.extra):
             return Kind.COMMUNICATION
         if MEMORY_KERNEL.match(name):
             return Kind.MEMORY
@@ -180,13 +201,7 @@ def validate_comm_patterns(patterns: Iterable[str]) -> list[str]:
     """The ``--comm-kernel`` expressions, compiled once to report a bad one by itself."""
     checked = []
     for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as error:
-            from ..errors import UsageError
-
-            raise UsageError(f"--comm-kernel {pattern!r}: not a regular expression "
-                             f"({error})") from None
+        compile_user(pattern, "--comm-kernel")
         checked.append(pattern)
     return checked
 
@@ -219,11 +234,48 @@ def suspected_comm(names: Iterable[str]) -> dict[str, str]:
 
 # ---- which events ran on a device -----------------------------------------------------------
 
-def streams(trace: RankTrace) -> np.ndarray:
-    """Each event's device stream: ``args.stream`` as HTA reads it (``int(value)``), else, for a
-    device category with no stream argument, the number in a ``"stream 7"`` thread id; -1 for
-    host events."""
+#: Categories only PyTorch's profiler writes (Kineto's, and the legacy profiler's names).
+PROFILER_CATEGORIES = frozenset({"cpu_op", "user_annotation", "gpu_user_annotation", "kernel",
+                                 "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver",
+                                 "cuda_sync", "python_function", "ac2g", "fwdbwd", "Operator",
+                                 "Runtime", "Kernel", "Memcpy", "Memset", "mtia_ccp_events",
+                                 "mtia_runtime"})
+#: Host calls that launch device work (their correlation id names the device record).
+LAUNCH_CALL = re.compile(r"^(?:cuda|hip)(?:Ext)?Launch|^cuLaunch|^(?:cuda|hip)Memcpy|"
+                         r"^(?:cuda|hip)Memset|^cuMemcpy|^cuMemset")
+
+
+def format_notes(trace: RankTrace, stream: np.ndarray) -> list[str]:
+    """What was assumed about a trace that is not what it seems: a Chrome trace that no
+    PyTorch profiler wrote (no ``schemaVersion``, none of its categories), and a trace whose
+    launches have no device activity recorded."""
+    notes = []
+    if not trace.has_schema_version and not PROFILER_CATEGORIES & set(trace.category):
+        notes.append("not a PyTorch profiler trace (no schemaVersion, no Kineto categories): "
+                     "its complete events were read as host work on their threads, none as "
+                     "device work; ddpprof's figures assume PyTorch's profiler")
+    launches = per_name(trace, lambda n: bool(LAUNCH_CALL.match(n))) & (stream < 0)
+    if launches.any() and not (stream >= 0).any():
+        notes.append(f"device activity not recorded ({int(launches.sum())} launches, no "
+                     "kernel or copy on a device: profiled without the device activity?): the "
+                     "figures are the host's")
+    return notes
+
+
+def is_host_record(category: str | None) -> bool:
+    """A category of host records (:data:`HOST_RECORD_CATEGORIES`; legacy events have none)."""
+    return category is None or category in HOST_RECORD_CATEGORIES
+
+
+def streams(trace: RankTrace, hta_compat: bool = False) -> np.ndarray:
+    """Each event's device stream: a device record's ``args.stream`` (``int(value)``, as HTA
+    reads it), else, for a device category with no stream argument, the number in a
+    ``"stream 7"`` thread id; -1 for host records. With ``hta_compat``, HTA 0.5.0's rule:
+    any event whose arguments name a stream, host ops included (``RankTrace.host_op_stream``).
+    """
     stream = trace.stream.copy()
+    if hta_compat:
+        stream = np.where(trace.host_op_stream >= 0, trace.host_op_stream, stream)
     missing = (stream < 0) & per_category(trace, lambda c: c in DEVICE_CATEGORIES)
     if missing.any():
         from_tid = np.array([_stream_in_tid(tid) for _, tid in trace.threads] or [-1],
@@ -273,6 +325,14 @@ def profiler_steps(trace: RankTrace, stream: np.ndarray | None = None
     index = np.flatnonzero((numbers >= 0) & host)
     index = index[np.argsort(trace.start_us[index], kind="stable")]
     return index, numbers[index]
+
+
+def device_step_copies(trace: RankTrace) -> np.ndarray:
+    """Indices of the device-side copies of ProfilerSteps (``gpu_user_annotation``), which
+    start when the device runs the first kernel launched directly in the step."""
+    numbers = per_name(trace, step_number, dtype=np.int64)
+    return np.flatnonzero((numbers >= 0) & per_category(
+        trace, lambda c: c in DEVICE_ANNOTATION_CATEGORIES))
 
 
 def step_names(trace: RankTrace) -> set[str]:
@@ -475,6 +535,34 @@ def work_category(name: str) -> str:
         return OTHER_CATEGORY
     return next((category for category, pattern in WORK_CATEGORIES if pattern.search(name)),
                 OTHER_CATEGORY)
+
+
+#: A host call that makes a stream wait for an event (``cudaStreamWaitEvent``): the next kernel
+#: its thread launches waits, on the device, for the work recorded before the event.
+STREAM_WAIT_EVENT = re.compile(r"^(?:cuda|hip|cu)StreamWaitEvent(?:_v2)?$")
+#: A host call that records an event on a stream (after the work it marks).
+EVENT_RECORD = re.compile(r"^(?:cuda|hip|cu)EventRecord(?:WithFlags)?(?:_v2)?$")
+
+
+def waits_on_event(name: str) -> bool:
+    return bool(STREAM_WAIT_EVENT.match(name))
+
+
+def records_event(name: str) -> bool:
+    return bool(EVENT_RECORD.match(name))
+
+
+def synchronizes_device(name: str) -> bool:
+    """A host call that returns only when device work it waits for has ended
+    (:data:`DEVICE_SYNC`)."""
+    return bool(DEVICE_SYNC.match(name))
+
+
+def waits_for_host_collective(name: str, category: str | None) -> bool:
+    """A host span in which the thread waits for a collective that runs on the host (gloo):
+    :data:`BLOCKING_WAIT` on host work (ops and annotations), never a runtime call such as
+    ``cudaStreamWaitEvent``, which orders streams and returns at once."""
+    return category in HOST_WORK_CATEGORIES and bool(BLOCKING_WAIT.search(name))
 
 
 def is_optimizer_span(name: str) -> bool:

@@ -23,12 +23,14 @@ _CHUNK_BYTES = 1024 * 1024
 
 
 class DistributedInfo(msgspec.Struct, gc=False):
-    """``distributedInfo``, each field as written (``ddpprof.trace.args`` reads them)."""
+    """``distributedInfo``, each field as written (``ddpprof.trace.args`` reads them), and the
+    document's own ``schemaVersion`` (Kineto writes it; other tools' Chrome traces do not)."""
 
     rank: Any = None
     world_size: Any = None
     backend: Any = None
     pg_config: Any = None
+    schema_version: Any = None
 
 
 class TraceObject(msgspec.Struct, gc=False):
@@ -36,6 +38,7 @@ class TraceObject(msgspec.Struct, gc=False):
 
     traceEvents: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
     distributedInfo: Any = None
+    schemaVersion: Any = None
 
 
 OBJECT_DECODER = msgspec.json.Decoder(TraceObject)
@@ -44,7 +47,11 @@ _ARRAY_DECODER = msgspec.json.Decoder(msgspec.Raw)
 
 def distributed_info(document: TraceObject) -> DistributedInfo | None:
     info = document.distributedInfo
-    return msgspec.convert(info, DistributedInfo) if isinstance(info, dict) else None
+    found = msgspec.convert(info, DistributedInfo) if isinstance(info, dict) else None
+    if document.schemaVersion is not None:
+        found = found or DistributedInfo()
+        found.schema_version = document.schemaVersion
+    return found
 
 
 def first_byte(data: TraceBytes) -> tuple[bytes, int]:

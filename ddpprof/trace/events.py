@@ -61,7 +61,12 @@ class RankTrace:
     thread_id: np.ndarray             # int32 index into ``threads``
     threads: list[tuple[Any, Any]]    # (pid, tid)
     thread_names: dict[tuple[Any, Any], str]
-    stream: np.ndarray                # int64 ``args.stream``, -1 where absent or not a number
+    #: int64 ``args.stream`` of a device record; -1 for host records (``classify.
+    #: is_host_record``) and where absent or not a number.
+    stream: np.ndarray
+    #: int64 ``args.stream`` that a host record names (Inductor's Triton launch ops, PyTorch
+    #: 2.9+): launch metadata, not device work; -1 elsewhere. HTA counts these as device events.
+    host_op_stream: np.ndarray
     correlation: np.ndarray           # int64; ids of 2**63 and above wrap around (mod 2**64)
     has_correlation: np.ndarray       # bool: a correlation id ≥ 0 was given
     external_id: np.ndarray           # int64 ``External id`` / ``external id``, -1 when absent
@@ -74,6 +79,9 @@ class RankTrace:
     grad_bytes: dict[int, int] = field(default_factory=dict)  # AccumulateGrad: its gradient
     matmul_flops: dict[int, float] = field(default_factory=dict)  # classify.MATMUL_OPS: 2·M·K·N
     dropped_events: int = 0           # complete-looking events without a usable start or end
+    shortened_names: int = 0          # names longer than ``names.MAX_NAME_CHARS``, shortened
+    #: The document declares a ``schemaVersion`` (Kineto's object form does).
+    has_schema_version: bool = False
 
     @property
     def n_events(self) -> int:

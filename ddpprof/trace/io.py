@@ -35,6 +35,7 @@ from typing import Any
 
 from ..atomic import remember_input
 from ..errors import TraceError, UsageError
+from ..processes import memory_room
 from . import storage
 from .storage import Location
 
@@ -280,10 +281,12 @@ def json_bytes(stored: TraceBytes, limit: int) -> TraceBytes:
         raise TraceError(path, "empty file")
     data: TraceBytes = stored
     if bytes(stored.read(0, 2)) == _GZIP_MAGIC:
-        data = MemoryBytes(path, gunzip(stored, limit))
+        inflated = gunzip(stored, limit, memory_room())
+        data = MemoryBytes(path, inflated)
         stored.check_unchanged()
         if NOT_BLANK.search(data.view) is None:
-            raise TraceError(path, "empty file")
+            raise TraceError(path, f"inflates to {size_text(inflated.blanks)} of blanks only "
+                                   "(no JSON)" if inflated.blanks else "empty file")
     if bytes(data.read(0, 3)) == _UTF8_BOM:
         # Editors and PowerShell on Windows (Out-File, Set-Content) write one when a trace is
         # re-saved; Python's json.loads of bytes (HTA's reader) skips it too, msgspec does not.
@@ -303,22 +306,55 @@ def inflater() -> tuple[Any, type[Exception]]:
     return isal_zlib, isal_zlib.error  # type: ignore[return-value]
 
 
-def gunzip(packed: TraceBytes, limit: int) -> bytearray:
+class Inflated(bytearray):
+    """Inflated bytes, less the blanks they began with (``blanks`` of them: not kept, so that a
+    bomb of spaces costs no memory)."""
+
+    blanks = 0
+
+
+#: The share of the memory a process may still take (``processes.memory_room``) that one
+#: inflated trace may fill: the bytes grow by reallocation (twice their size for a moment),
+#: and the decode then takes about as much again.
+MEMORY_SHARE = 3
+#: Blanks a JSON document may begin with: no writer puts more there.
+MAX_LEADING_BLANKS = 64 * 1024**2
+
+
+def gunzip(packed: TraceBytes, limit: int, room: tuple[int, str] | None = None) -> Inflated:
     """Every gzip member of ``packed`` inflated (zero bytes between members are skipped), read
     and inflated a bounded chunk at a time; a TraceError as soon as the output passes
-    ``limit`` bytes, or where the gzip is corrupt or cut short."""
+    ``limit`` bytes, or a 1/``MEMORY_SHARE`` of ``room`` (the memory the process may still
+    take, and what sets it), or where the gzip is corrupt or cut short."""
     library, library_error = inflater()
-    out, position, path = bytearray(), 0, packed.path
+    out, position, path = Inflated(), 0, packed.path
+    cap = limit
+    if room is not None and room[0] // MEMORY_SHARE < limit:
+        cap = max(room[0] // MEMORY_SHARE, 1)
+        too_much = TraceError(path, f"inflates to more than {size_text(cap)}, a third of the "
+                                    f"memory this process may still take ({room[1]}: "
+                                    f"{size_text(room[0])})")
+    else:
+        too_much = too_large(path, limit, MAX_TRACE_BYTES_ENV, "inflates to")
     try:
         while (position := _skip_zeros(packed, position)) < packed.size:
             member = library.decompressobj(16 + zlib.MAX_WBITS)
             while not member.eof:
                 piece = packed.read(position, _INPUT_CHUNK_BYTES)
-                room = min(INFLATE_CHUNK_BYTES, limit + 1 - len(out))
-                chunk = member.decompress(piece, room)
-                out += chunk
-                if len(out) > limit:
-                    raise too_large(path, limit, MAX_TRACE_BYTES_ENV, "inflates to")
+                room_left = min(INFLATE_CHUNK_BYTES, cap + 1 - len(out) - out.blanks)
+                chunk = member.decompress(piece, room_left)
+                if out:
+                    out += chunk
+                else:                   # blanks before the JSON: counted, not kept
+                    kept = chunk.lstrip(b" \t\n\r\x0b\x0c")
+                    out.blanks += len(chunk) - len(kept)
+                    out += kept
+                    if out.blanks > MAX_LEADING_BLANKS:
+                        raise TraceError(path, f"inflates to more than "
+                                               f"{size_text(MAX_LEADING_BLANKS)} of blanks "
+                                               "before any JSON (a gzip bomb?)")
+                if len(out) + out.blanks > cap:
+                    raise too_much
                 used = len(piece) - len(member.unconsumed_tail) - (
                     len(member.unused_data) if member.eof else 0)
                 position += used

@@ -25,10 +25,11 @@ import numpy as np
 
 from ..errors import TraceError
 from . import args as meaning
-from . import cache, io
+from . import cache, classify, io
 from .columns import Columns
 from .document import DistributedInfo
 from .events import RankTrace
+from .names import MAX_NAME_CHARS, shorten
 from .parallel import DecoderDied
 from .sliced import DEFAULT_SLICING, Slicing, decode_events
 from .storage import Location
@@ -86,15 +87,19 @@ def _rank_trace(path: Location, columns: Columns, info: DistributedInfo | None) 
         raise TraceError(path, "not a trace (timestamps out of range)")
     thread_id, threads = _pair_threads(columns)
     rank, source = _rank(info, path)
+    stream, host_op_stream = _device_streams(columns)
+    names = [shorten(name) for name in columns.names]
     return RankTrace(
         path=path, rank=rank, rank_source=source,
         world_size=meaning.positive_int(info.world_size) if info else None,
         backend=info.backend if info and isinstance(info.backend, str) else None,
         process_groups=meaning.process_groups(info.pg_config if info else None),
-        names=list(columns.names), name_id=columns.column("name", np.int32),
+        names=names, name_id=columns.column("name", np.int32),
+        shortened_names=sum(len(name) > MAX_NAME_CHARS for name in columns.names),
         category=list(columns.categories), category_id=columns.column("category", np.int32),
         start_us=start, end_us=end, thread_id=thread_id, threads=threads,
-        thread_names=columns.thread_names, stream=columns.column("stream", np.int64),
+        thread_names={key: shorten(label) for key, label in columns.thread_names.items()},
+        stream=stream, host_op_stream=host_op_stream,
         correlation=columns.column("correlation", np.int64),
         has_correlation=columns.column("has_correlation", bool),
         external_id=columns.column("external_id", np.int64),
@@ -102,7 +107,17 @@ def _rank_trace(path: Location, columns: Columns, info: DistributedInfo | None) 
         ts_range=(columns.ts_low, columns.ts_high) if columns.ts_low <= columns.ts_high
         else (0.0, 0.0), ts_missing=columns.ts_missing,
         comm_args=columns.comm_args, grad_bytes=columns.grad_bytes,
-        matmul_flops=columns.matmul_flops, dropped_events=columns.dropped)
+        matmul_flops=columns.matmul_flops, dropped_events=columns.dropped,
+        has_schema_version=info is not None and info.schema_version is not None)
+
+
+def _device_streams(columns: Columns) -> tuple[np.ndarray, np.ndarray]:
+    """``args.stream`` split by what holds it: device records keep it as their stream; host
+    records (``classify.is_host_record``) keep it apart, as launch metadata."""
+    raw = columns.column("stream", np.int64)
+    host_table = np.array([classify.is_host_record(c) for c in columns.categories] or [True])
+    host = host_table[columns.column("category", np.int32)] if raw.size else np.zeros(0, bool)
+    return np.where(host, -1, raw), np.where(host, raw, -1)
 
 
 def _rank(info: DistributedInfo | None, path: Location) -> tuple[int | None, str | None]:
