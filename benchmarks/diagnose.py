@@ -179,16 +179,20 @@ def record(run: Planned, folder: Path, step_ms: float | None, args: argparse.Nam
     return None if process.returncode == 0 else (lines or ["?"])[-1]
 
 
-def diagnose(folder: Path) -> tuple[dict, float]:
-    """``ddpprof analyze``'s findings for the run in ``folder``, and its wall time."""
+def diagnose(folder: Path) -> tuple[dict, float, str | None]:
+    """``ddpprof analyze``'s findings for the run in ``folder``, its wall time, and its error
+    (the last line it printed) where it failed: a failure diagnoses nothing."""
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "analysis.json"
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "ddpprof.cli", "analyze", str(folder), "--json",
-                        str(out), "--quiet"], env={**os.environ, "CI": "true"},
-                       capture_output=True, check=True)
+        done = subprocess.run([sys.executable, "-m", "ddpprof.cli", "analyze", str(folder),
+                               "--json", str(out), "--quiet"],
+                              env={**os.environ, "CI": "true"}, capture_output=True, text=True)
         elapsed = time.perf_counter() - started
-        return json.loads(out.read_text()), elapsed
+        if done.returncode != 0 or not out.is_file():
+            error = (done.stderr.strip().splitlines() or ["?"])[-1]
+            return {"findings": []}, elapsed, f"analyze exit {done.returncode}: {error}"
+        return json.loads(out.read_text()), elapsed, None
 
 
 def judge(run: Planned, folder: Path, args: argparse.Namespace) -> Outcome:
@@ -196,7 +200,7 @@ def judge(run: Planned, folder: Path, args: argparse.Namespace) -> Outcome:
     faults = manifest.injected_faults or []
     fault = ", ".join(f"{f.kind}:{'' if f.rank is None else f.rank}:{f.amount:g}"
                       if f.amount is not None else f.kind for f in faults) or "none"
-    document, seconds = diagnose(folder)
+    document, seconds, error = diagnose(folder)
     found = document["findings"]
     top = found[0] if found else None
     ranked = next((f for f in found if f.get("rank") is not None), None)
@@ -219,7 +223,7 @@ def judge(run: Planned, folder: Path, args: argparse.Namespace) -> Outcome:
                    list(top.get("alternatives", [])) if top else [],
                    ranked["rank"] if ranked else None,
                    sorted({f["rank"] for f in found if f.get("rank") is not None}), high,
-                   cause, rank_right, false_alarm, seconds)
+                   cause and error is None, rank_right, false_alarm, seconds, error)
 
 
 def rate(flags: list[bool]) -> str:
@@ -368,6 +372,8 @@ def main() -> None:
             errors.setdefault(f"{run.cell}/{run.name}", "not recorded")
             continue
         outcomes.append(judge(run, folder, args))
+        if outcomes[-1].error:    # counted as diagnosed wrong, and listed
+            errors[f"{run.cell}/{run.name}"] = outcomes[-1].error
     lines = [f"machine: {machine()}", f"recording: {recorded_s / 60:.1f} min at niceness "
              f"{os.nice(0)}, 1-minute load average median {statistics.median(loads):.2f}, "
              f"max {max(loads):.2f}", "",

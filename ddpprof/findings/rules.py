@@ -38,6 +38,11 @@ MANY_CALLS = 8                   # latency_bound: at least this many collective 
 BELOW_HALF_BANDWIDTH = 0.25      # ... of a mean size below this fraction of the half-bandwidth size
 TAIL_SHARE = 0.10                # exposed_tail: last bucket exposed for ≥ this share of the step
 MANY_BUCKETS = 6                 # bucket_cap_too_small: at least this many buckets per step ...
+#: The half-bandwidth size taken where no cost model can be had (the run's collectives all of
+#: one size, no calibration): below it every transport measured is latency-bound (gloo over
+#: loopback on a 2-core CPU host: α·β ≈ 290–400 KB, docs/simulate.md; NCCL over NVLink or
+#: InfiniBand: hundreds of KB to MBs). A finding resting on it says so, at medium confidence.
+HALF_BANDWIDTH_FLOOR_BYTES = 64 * 1024
 COMM_BOUND_SHARE = 0.20          # comm_bound: exposed communication ≥ this share of the step ...
 TINY_OPS_SHARE = 0.15            # host_bound (CPU): stretches of tiny ops ≥ this of the step
 NO_OVERLAP_PCT = 5.0             # no_overlap: overlap below this ...
@@ -114,8 +119,8 @@ def bucket_cap_too_small(run: RunResult, advice: CapAdvice | None) -> Finding | 
     the simulator's replay, where it can make one, says what a larger cap gains."""
     rank = reference_rank(run)
     timeline = rank.buckets
-    half = advice.half_bandwidth_bytes if advice is not None else None
-    if timeline is None or len(timeline.buckets) < MANY_BUCKETS or not half \
+    half, measured = half_bandwidth(advice)
+    if timeline is None or len(timeline.buckets) < MANY_BUCKETS \
             or timeline.backward_end_ms is None:   # reductions of no gradient seen
         return None
     sizes = [b.size_bytes for b in timeline.buckets if b.size_bytes is not None]
@@ -135,14 +140,30 @@ def bucket_cap_too_small(run: RunResult, advice: CapAdvice | None) -> Finding | 
     return finding(
         run, "bucket_cap_too_small", share,
         f"{len(timeline.buckets)} gradient buckets per step of {mib(mean)} on average, below "
-        f"the {mib(half)} at which a call spends as long moving bytes as on latency: each pays "
-        f"the per-call latency and is one more point where the ranks wait for one another; the "
-        f"collectives are exposed for {100 * share:.0f}% of the step. {remedy} ({basis}).",
+        f"{_half_words(half, measured)}: each pays the per-call latency and is one more point "
+        f"where the ranks wait for one another; the collectives are exposed for "
+        f"{100 * share:.0f}% of the step. {remedy} ({basis}).",
         [Evidence("buckets_per_step", len(timeline.buckets)),
          Evidence("mean_bucket_bytes", round(mean), "B"),
          Evidence("half_bandwidth_bytes", round(half), "B"),
+         Evidence("half_bandwidth_from", "cost model" if measured else "floor"),
          Evidence("exposed_comm_pct", round(100 * share, 2), "%"),
-         Evidence("recommended_cap_mib", cap)])
+         Evidence("recommended_cap_mib", cap)],
+        confidence="high" if measured else "medium")
+
+
+def half_bandwidth(advice: CapAdvice | None) -> tuple[float, bool]:
+    """The half-bandwidth size α·β in message bytes, and whether a cost model gave it: else
+    HALF_BANDWIDTH_FLOOR_BYTES, a size every transport measured is latency-bound below."""
+    measured = advice.half_bandwidth_bytes if advice is not None else None
+    return (measured, True) if measured else (HALF_BANDWIDTH_FLOOR_BYTES, False)
+
+
+def _half_words(half: float, measured: bool) -> str:
+    return (f"the {mib(half)} at which a call spends as long moving bytes as on latency"
+            if measured else f"{mib(half)}, below which every transport measured spends "
+            "longer on latency than on moving bytes (no cost model for this run: its "
+            "collectives are of one size and no calibration is beside it)")
 
 
 def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
@@ -152,10 +173,11 @@ def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     rank = reference_rank(run)
     per_step = rank.calls.n / max(rank.steps, 1)
     sizes = [s for s in rank.calls.size_bytes if s is not None]
-    if per_step < MANY_CALLS or not sizes or advice is None or not advice.half_bandwidth_bytes:
+    if per_step < MANY_CALLS or not sizes:
         return None
-    mean, half = statistics.fmean(sizes), advice.half_bandwidth_bytes
-    if mean >= BELOW_HALF_BANDWIDTH * half:
+    (half, measured), mean = half_bandwidth(advice), statistics.fmean(sizes)
+    # the floor is already well below every transport's half-bandwidth size: below it counts
+    if mean >= (BELOW_HALF_BANDWIDTH if measured else 1.0) * half:
         return None
     if foreign(run):
         remedy = ("bring the collectives together into fewer, larger ones (DDP's gradient "
@@ -167,11 +189,12 @@ def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     return finding(
         run, "latency_bound", exposed_share(run, rank),
         f"{per_step:.0f} collectives per step of {mib(mean)} on average, {half / mean:.0f}× "
-        f"below the {mib(half)} at which a call spends as long moving bytes as on latency: "
-        f"{remedy}, so that each call carries more.",
+        f"below {_half_words(half, measured)}: {remedy}, so that each call carries more.",
         [Evidence("calls_per_step", round(per_step, 1)),
          Evidence("mean_bytes_per_call", round(mean), "B"),
-         Evidence("half_bandwidth_bytes", round(half), "B")])
+         Evidence("half_bandwidth_bytes", round(half), "B"),
+         Evidence("half_bandwidth_from", "cost model" if measured else "floor")],
+        confidence="high" if measured else "medium")
 
 
 def exposed_tail(run: RunResult, advice: CapAdvice | None) -> Finding | None:

@@ -10,6 +10,7 @@ trace's analysis)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,11 +64,13 @@ def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdv
                                best_step_ms=top.step_ms))
 
 
-def _half_bandwidth(cost: CostModel, world: int) -> float:
+def _half_bandwidth(cost: CostModel, world: int) -> float | None:
     """The message size (bytes) at which an all-reduce spends as long on latency as on
-    moving bytes: α·β in traffic, over the bus factor."""
+    moving bytes: α·β in traffic, over the bus factor; None without a cost model that has
+    both (no model: β infinite; no latency: α 0)."""
     factor = BUS_FACTOR["all_reduce"](world) if world > 1 else 1.0
-    return cost.half_bandwidth_traffic_bytes / factor
+    traffic = cost.half_bandwidth_traffic_bytes
+    return traffic / factor if math.isfinite(traffic) and traffic > 0 else None
 
 
 def _fitted_only(run: RunResult, fallback_cost: CostModel | None) -> CapAdvice | None:
