@@ -176,8 +176,9 @@ class DeviceAnalysis:
                 self.trace.backend):
             return np.zeros(self.trace.n_events, dtype=bool)
         on_host = classify.per_name(self.trace, classify.runs_on_host)
-        return on_host & (self.stream < 0) & self.host_kept & classify.per_category(
+        result: np.ndarray = on_host & (self.stream < 0) & self.host_kept & classify.per_category(
             self.trace, lambda c: c in classify.HOST_WORK_CATEGORIES)
+        return result
 
     def _calls(self, events: np.ndarray) -> CollectiveCalls:
         return collective_calls(self.trace, np.flatnonzero(events), self.start, self.end,

@@ -7,7 +7,7 @@ in ``pages``.)"""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -16,7 +16,14 @@ import plotly.graph_objects as go
 from .. import sanity
 from ..analysis import Analysis, RunResult, rank_row, run_row
 from ..analysis.group_rows import group_rows
-from ..analysis.rows import COLUMN_KINDS, CollectiveRow, RunRow, memory_of, peak_memory_mib
+from ..analysis.rows import (
+    COLUMN_KINDS,
+    CollectiveRow,
+    RankMetrics,
+    RunRow,
+    memory_of,
+    peak_memory_mib,
+)
 from ..findings import Finding
 from ..metrics.registry import METRICS, metric
 from ..units import MIB
@@ -48,7 +55,8 @@ def step_figure(rows: list[RunRow]) -> go.Figure:
     communication, the rest of non-compute (copies, waits, communication compute hides),
     idle. The parts add up to the step."""
     names = [r.run for r in rows]
-    parts = (("compute", lambda m: m.compute_pct, COLORS["compute"]),
+    parts: tuple[tuple[str, Callable[[RankMetrics], float], str], ...] = (
+             ("compute", lambda m: m.compute_pct, COLORS["compute"]),
              ("exposed communication", lambda m: m.exposed_comm_pct, COLORS["comm"]),
              ("other non-compute", lambda m: max(m.non_compute_pct - m.exposed_comm_pct, 0.0),
               COLORS["non_compute"]),
@@ -440,7 +448,7 @@ def render_report(analysis: Analysis, title: str, findings: list[Finding] | None
     shown = [finding_view(f) for f in console.listed(findings or [])]
     rows, notes = comparison_rows(run_rows)
     used = [*TABLE_COLUMNS, *RANK_COLUMNS, *GROUP_COLUMNS]
-    return template_environment(html=True).get_template("report.html.j2").render(
+    result: str = template_environment(html=True).get_template("report.html.j2").render(
         title=title, generated=generated(), summary_figure=summary,
         environment=_environment_summary(analysis.runs),
         definitions=[WINDOW, *((METRICS[k].label, f"{k}: {METRICS[k].definition}")
@@ -460,3 +468,4 @@ def render_report(analysis: Analysis, title: str, findings: list[Finding] | None
             drawn) < len(analysis.runs) else "",
         top_findings=shown[:TOP_FINDINGS], more_findings=shown[TOP_FINDINGS:],
         left_out=len(findings or []) - len(shown), plotly_js=plotly_js())
+    return result
