@@ -74,6 +74,7 @@ class AnalyzeDocument(msgspec.Struct, kw_only=True):
     version: int
     runs: list[dict[str, Any]]
     unfinished: list[UnfinishedRun] = []
+    findings: list[dict[str, Any]] | None = None
 
 
 def analyzed_runs(document: Any, source: str) -> tuple[AnalyzeDocument, list[AnalyzedRun]]:

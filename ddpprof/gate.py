@@ -54,7 +54,7 @@ GATEABLE_STATUSES = ("complete", None)
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_METRIC = r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?"
+_METRIC = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_]+)?(?:\[[^\]]*\])?"
 _RULE = re.compile(rf"^\s*(?P<metric>{_METRIC})\s*(?P<op>>=|<=|==|>|<)\s*"
                    rf"(?:(?P<relative>[-+])\s*(?P<pct>{_NUMBER})\s*%"
                    rf"|(?P<absolute>{_NUMBER})|baseline\s*(?:(?P<arith>[-+*])\s*"
@@ -66,6 +66,19 @@ _SELECTOR = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\[(?P<selectors>[^\
 
 
 # --- input ---------------------------------------------------------------------------------
+
+#: The findings of each run as metrics of its row, counted by severity from the document's
+#: ``findings``: ``findings_high`` (also written ``findings.high``), ``findings_medium``,
+#: ``findings_low``, and ``findings`` (all of them).
+SEVERITIES = ("high", "medium", "low")
+
+
+def _count_findings(row: dict[str, Any], findings: list[dict[str, Any]]) -> None:
+    mine = [f for f in findings if isinstance(f, dict) and f.get("run") == row.get("run")]
+    row["findings"] = len(mine)
+    for severity in SEVERITIES:
+        row[f"findings_{severity}"] = sum(f.get("severity") == severity for f in mine)
+
 
 @dataclass(frozen=True)
 class ConfigKey:
@@ -200,11 +213,12 @@ class GateRun:
         return [p for p in found if p is not None]
 
 
-def load_runs(path: Path, must_be_json: bool = False, notes: list[str] | None = None
-              ) -> list[GateRun]:
+def load_runs(path: Path, must_be_json: bool = False, notes: list[str] | None = None,
+              with_findings: bool = False) -> list[GateRun]:
     """The runs of an analyze --json file, or of a trace folder analyzed now (its notes, such
-    as files skipped, added to ``notes``); every problem with them is a ``UsageError`` naming
-    the file, the run and the field."""
+    as files skipped, added to ``notes``; with ``with_findings``, its findings drawn as
+    ``analyze`` draws them); every problem with them is a ``UsageError`` naming the file, the
+    run and the field."""
     if path.is_file() or must_be_json:
         data = read_json_bytes(path)
         try:
@@ -212,16 +226,22 @@ def load_runs(path: Path, must_be_json: bool = False, notes: list[str] | None = 
         except (ValueError, RecursionError) as error:
             raise UsageError(f"{path}: not JSON ({error})") from None
         return runs_of(document, str(path))
-    from .analysis import analyze_paths, to_json_document
+    from .analysis import AnalysisOptions, analyze_paths, to_json_document
 
-    analysis = analyze_paths([path])
+    analysis = analyze_paths([path], AnalysisOptions(replay_graphs=with_findings))
     if analysis.errors:
         raise UsageError(analysis.errors[0].error)
     if notes is not None:
         from .report.console import note_lines
 
         notes += note_lines(analysis)
-    return runs_of(to_json_document(analysis), str(path))
+    found = None
+    if with_findings:
+        from .findings import findings
+        from .simulate.advice import cap_advice_for_runs
+
+        found = findings(analysis.runs, cap_advice_for_runs(analysis.runs))
+    return runs_of(to_json_document(analysis, found), str(path))
 
 
 def runs_of(document: Any, source: str) -> list[GateRun]:
@@ -244,6 +264,9 @@ def runs_of(document: Any, source: str) -> list[GateRun]:
                         fields.global_batch, fields.grad_accum,
                         fields.bucket_cap_mib if fields.bucket_cap_mib is not None
                         else fields.bucket_cap_mb)
+        if decoded.findings is not None:
+            row = dict(row)
+            _count_findings(row, decoded.findings)
         runs.append(GateRun(fields.run, key, row))
     return runs
 
@@ -315,7 +338,14 @@ def parse_rule(text: str) -> Rule:
         arith, operand = "*", 1 + (pct if sign == "+" else -pct) / 100
     if not all(math.isfinite(n) for n in (absolute or 0.0, operand)):
         raise UsageError(f"malformed rule {text!r}: its number is not finite")
-    return Rule(text=text.strip(), metric=match["metric"], op=match["op"], absolute=absolute,
+    metric = match["metric"]
+    if "." in metric.split("[")[0]:
+        name, _, severity = metric.split("[")[0].partition(".")
+        if name != "findings" or severity not in SEVERITIES:
+            raise UsageError(f"malformed rule {text!r}: a dotted metric is findings.high, "
+                             "findings.medium or findings.low")
+        metric = f"findings_{severity}" + metric[len(name) + 1 + len(severity):]
+    return Rule(text=text.strip(), metric=metric, op=match["op"], absolute=absolute,
                 arith=arith, operand=operand)
 
 

@@ -129,10 +129,17 @@ def test_a_run_of_many_groups_reads_each_call_a_bounded_number_of_times(tmp_path
         from scaling_inputs import many_groups
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    from ddpprof.analysis import AnalysisOptions, analyze_paths, rank
+    from ddpprof.analysis import (
+        AnalysisOptions,
+        analyze_paths,
+        calls,
+        device_rank,
+        host_rank,
+        rank_common,
+    )
     from ddpprof.diff.profile import run_profile
 
-    made = rank.collective_calls
+    made = calls.collective_calls
     calls_made = []
 
     def counted(*args, **kwargs):
@@ -141,7 +148,8 @@ def test_a_run_of_many_groups_reads_each_call_a_bounded_number_of_times(tmp_path
         return dataclasses.replace(calls, group=_Counted(calls.group),
                                    groups=_Counted(calls.groups))
 
-    monkeypatch.setattr(rank, "collective_calls", counted)
+    for module in (device_rank, host_rank, rank_common):   # where the analysis makes them
+        monkeypatch.setattr(module, "collective_calls", counted)
     _Counted.reads = 0
     [run] = analyze_paths([many_groups(tmp_path / "run", 500)], AnalysisOptions(jobs=1)).runs
     profile = run_profile(run)

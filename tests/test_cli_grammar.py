@@ -133,7 +133,8 @@ def test_html_never_swallows_a_path(order, tmp_path, ddpprof_cli):
 
 def test_default_table_fits_100_columns_and_shared_notes_print_once(tmp_path, ddpprof_cli):
     _two_runs(tmp_path / "traces")
-    result = ddpprof_cli("analyze", str(tmp_path / "traces"))
+    # a terminal 100 columns wide, whatever the environment pytest runs in says
+    result = ddpprof_cli("analyze", str(tmp_path / "traces"), env={"COLUMNS": "100"})
     assert result.returncode == 0, result.stderr
     table = result.stdout.split("\n\n")[0].splitlines()
     assert max(map(len, table)) <= 100

@@ -303,11 +303,15 @@ def test_analyze_critical_path_section_and_findings(ddpprof_cli, tmp_path):
         {(HOST, 1): 15, (COMPUTE, 1): 35, (WAITING, 1): 10, (COMMUNICATION, 0): 20,
          (HOST, 0): 20})
     messages = {f["code"]: f["message"] for f in document["findings"]}
-    assert messages["no_overlap"].endswith(
-        "On the critical path of ProfilerStep#1, communication is 20.0% of the step, longest "
-        "ncclDevKernel_AllReduce_Sum_f32_RING_LL on rank 0 (20.0%).")
+    assert "On the critical path of ProfilerStep#1, communication is 20.0% of the step, " \
+        "longest ncclDevKernel_AllReduce_Sum_f32_RING_LL on rank 0 (20.0%). Replayed with a " \
+        "network twice as fast, ProfilerStep#1 would take" in messages["no_overlap"]
+    # the replay halves the 20 µs all-reduce on the path: at most 10 µs shorter, and shorter
+    (evidence,) = (f["evidence"] for f in document["findings"] if f["code"] == "no_overlap")
+    assert evidence["predicted_step_ms"] < step["step_us"] / 1e3
+    # rank 1's gemm is slower than rank 0's: the rank the others wait for, on the path
     assert "waiting for rank 1 is 10.0% of the step, longest sm90_xmma_gemm_f32 on rank 1" \
-        in messages["straggler"]
+        in messages["slow_rank_contended"]
     page = (tmp_path / "report.html").read_text()
     assert "ProfilerStep#1: critical path over the ranks' timelines" in page
 

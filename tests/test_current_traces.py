@@ -88,7 +88,7 @@ def test_every_rank_equals_the_oracle(folder):
     device-side step copies as steps gave 6 on some ranks and 9.3 on others."""
     # the hook pair's two files are rank 0 of two runs: each is analyzed alone
     one_run = folder != "modded-nanogpt-hook-pair"
-    for path in sorted((REAL / folder).glob("*.json.gz")):
+    for path in sorted((REAL / folder).rglob("*.json.gz")):
         expected = oracle(path)
         every = _analyzed(REAL / folder if one_run else path)[1].values()
         [rank] = [r for r in every if Path(r.path).name == path.name]
@@ -112,7 +112,7 @@ def test_the_step_of_a_job_is_its_host_steps():
     ranks = _analyzed(NANOGPT)[1]
     step_ms = sum(r.breakdown.window_us / r.steps for r in ranks.values()) / len(ranks) / 1e3
     assert step_ms == pytest.approx(sum(host) / len(host), rel=0.02)
-    for path in sorted((REAL / "modded-nanogpt-hook-pair").glob("*.json.gz")):
+    for path in sorted((REAL / "modded-nanogpt-hook-pair").rglob("*.json.gz")):
         [rank] = _analyzed(path)[1].values()
         assert rank.breakdown.window_us / rank.steps / 1e3 == pytest.approx(
             oracle(path)["host_step_ms"], rel=0.02)

@@ -5,6 +5,7 @@ the configuration, no marker in the trace, and never read by the analysis."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -75,13 +76,30 @@ def test_record_checks_faults_against_each_run_before_anything_runs(tmp_path, ca
     assert not any(tmp_path.iterdir())
 
 
+def test_every_kind_expects_documented_findings():
+    """The registry's ground truth names codes that rules emit and docs/findings.md lists,
+    and the docs' table of kinds lists every kind with the same codes."""
+    from ddpprof.findings import rules  # noqa: F401  (the rules' codes, below)
+
+    sources = "".join(p.read_text() for p in [*(REPO / "ddpprof" / "findings").glob("*.py"),
+                                              REPO / "ddpprof" / "hang" / "finding.py"])
+    docs = (REPO / "docs" / "findings.md").read_text().split("## How well it diagnoses")[1]
+    for name, kind in FAULT_KINDS.items():
+        for code in kind.expected_codes:
+            assert f'"{code}"' in sources, code
+        row = re.search(rf"^\| [^|]*`{name}`[^|]*\|(.*)$", docs, re.M)
+        assert row, f"docs/findings.md has no row for {name}"
+        assert all(f"`{code}`" in row.group(1) for code in kind.expected_codes), name
+    recording = (REPO / "docs" / "recording.md").read_text()
+    assert all(f"| `{name}` |" in recording for name in FAULT_KINDS)
+
+
 # --- recorded (slow) -----------------------------------------------------------------------
 
 def _record(ddpprof_cli, out: Path, name: str, *faults: str) -> Path:
     args = ["record", "--variant", "pytorch_ddp", "--model", "mlp-tiny", "--nproc", "2",
             "--global-batch", "64", "--steps", "5", "--wait", "1", "--warmup", "1",
-            "--active", "3", "--backend", "gloo", "--bucket-cap-mib", "0.01",
-            "--out", str(out), "--name", name, "--quiet"]
+            "--active", "3", "--backend", "gloo", "--out", str(out), "--name", name, "--quiet"]
     for fault in faults:
         args += ["--fault", fault]
     result = ddpprof_cli(*args)
@@ -100,32 +118,38 @@ def _event_names(folder: Path) -> dict[int, set[str]]:
     return names
 
 
+#: What the faults really run: tiny adds (host_bound), products (slow_compute), the blocking
+#: sync's division; and what the blocking sync stops running (DDP's Reducer in backward).
+FAULT_OPS = {"aten::add", "aten::mm", "aten::matmul", "aten::div_", "c10d::allreduce_"}
+REDUCER_OPS = re.compile(r"reducer|DistributedDataParallel|aten::(mul|copy_|to|_to_copy|view"
+                         r"|as_strided|zeros_like|empty|zero_|fill_)$")
+
+
 @pytest.mark.slow
 def test_faults_leave_no_marker_and_the_analysis_never_reads_them(tmp_path, ddpprof_cli):
-    """A clean run, and one with a fault of each way of injecting (a sleep at step start, a
-    spin before forward, extra products in backward, tiny ops, a blocking sync): each
-    fault in run.json, none in its configuration; the event names those of the clean run but
-    for what the fault really runs; findings the same with injected_faults removed."""
+    """A clean run, and one with every kind of fault at once: each fault in run.json, none in
+    the configuration but what it changes there (the bucket cap, the batch); no event name
+    but what the faults really run; the findings the same with injected_faults removed."""
     clean = _record(ddpprof_cli, tmp_path, "clean")
-    faulted = _record(ddpprof_cli, tmp_path, "faulted", "late_join:0:5", "slow_data:1:5",
-                      "slow_compute:1:1", "host_bound::50")
+    kinds = ["late_join:0:5", "slow_data:1:5", "slow_compute:1:1", "cpu_contention:0:1",
+             "jitter::5", "host_bound::50", "bucket_too_small", "comm_bound::2",
+             "blocking_sync"]
+    faulted = _record(ddpprof_cli, tmp_path, "faulted", *kinds)
     manifest = json.loads((faulted / "run.json").read_text())
-    assert manifest["injected_faults"] == [
-        {"kind": "late_join", "rank": 0, "amount": 5.0, "unit": "ms"},
-        {"kind": "slow_data", "rank": 1, "amount": 5.0, "unit": "ms"},
-        {"kind": "slow_compute", "rank": 1, "amount": 1.0, "unit": "x"},
-        {"kind": "host_bound", "rank": None, "amount": 50.0, "unit": "ops"}]
-    assert "fault" not in json.dumps(manifest["config"])
+    assert [f["kind"] for f in manifest["injected_faults"]] == [k.split(":")[0] for k in kinds]
+    assert manifest["injected_faults"][0] == {"kind": "late_join", "rank": 0, "amount": 5.0,
+                                              "unit": "ms"}
+    assert manifest["injected_faults"][-1] == {"kind": "blocking_sync", "rank": None,
+                                               "amount": None, "unit": None}
+    config = manifest["config"]
+    assert (config["bucket_cap_mb"], config["global_batch"]) == (0.01, 4)
+    assert "fault" not in json.dumps(config)
     assert json.loads((clean / "run.json").read_text())["injected_faults"] is None
     clean_names, faulted_names = _event_names(clean), _event_names(faulted)
     for rank in (0, 1):
-        # what the faults really run: tiny adds (host_bound, every rank), products (rank 1)
-        assert faulted_names[rank] - clean_names[rank] <= {"aten::add", "aten::mm",
-                                                           "aten::matmul"}
-        assert clean_names[rank] - faulted_names[rank] == set()
-    blocking = _record(ddpprof_cli, tmp_path, "blocking", "blocking_sync")
-    # the blocking sync's all-reduces are c10d's, as a user's own dist.all_reduce makes them
-    assert _event_names(blocking)[0] - clean_names[0] <= {"aten::div_"}
+        assert faulted_names[rank] - clean_names[rank] <= FAULT_OPS
+        gone = clean_names[rank] - faulted_names[rank]
+        assert all(REDUCER_OPS.search(name) for name in gone), gone
 
     def findings_of(folder: Path) -> list[dict]:
         result = ddpprof_cli("analyze", str(folder), "--json", "-", "--quiet")

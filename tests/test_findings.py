@@ -172,6 +172,9 @@ def test_exposed_tail(tmp_path):
 
 
 def test_straggler(tmp_path):
+    """Rank 1's mm runs 200 µs longer (490 against 290 µs, one call each): rank 0 waits
+    200 µs of each 1000 µs step in its all-reduce, with nothing else running: the same work,
+    done 490 / 290 = 1.69× slower (tests/test_rank_findings.py has the other causes)."""
     def late(by: float):
         def body(base: float, rank: int) -> list[dict]:
             delay = by if rank == 1 else 0
@@ -179,10 +182,12 @@ def test_straggler(tmp_path):
                     reduce(base + 300 + delay, base + 600, 1000)]
         return body
 
-    found = codes(cpu_run(tmp_path / "skewed", late(200), ranks=2))["straggler"]
-    assert {e.name: e.value for e in found.evidence}["rank"] == 1
+    found = codes(cpu_run(tmp_path / "skewed", late(200), ranks=2))["slow_rank_contended"]
+    assert found.rank == 1 and {e.name: e.value for e in found.evidence}["rank"] == 1
+    assert {e.name: e.value for e in found.evidence}["slowdown"] == pytest.approx(1.69, abs=0.01)
     assert found.estimated_gain_pct == pytest.approx(20)   # rank 0 waits 200 of 1000 µs
-    assert "straggler" not in codes(cpu_run(tmp_path / "even", late(0), ranks=2))
+    assert not any(f.rank is not None for f in codes(cpu_run(tmp_path / "even", late(0),
+                                                             ranks=2)).values())
 
 
 def test_no_overlap(tmp_path):
@@ -268,3 +273,64 @@ def test_no_overlap_supersedes_exposed_tail(tmp_path):
 
     found = codes(cpu_run(tmp_path / "blocking", blocking))
     assert "no_overlap" in found and "exposed_tail" not in found
+
+
+def test_bucket_cap_too_small(tmp_path):
+    """Eight gradients of 1000 floats ready every 100 µs, each reduced alone (4000 B a call):
+    with a half-bandwidth size of 100 kB every bucket is below it; it hides latency_bound
+    (the same eight calls, below a quarter of it)."""
+    def small(base: float, rank: int) -> list[dict]:
+        events = [span("aten::mm", base + 10, base + 900)]
+        for k in range(8):
+            ready = base + 100 * (k + 1)
+            events += [grad(ready - 10, ready, 1000), reduce(ready + 5, ready + 60, 1000)]
+        return events
+
+    folder = cpu_run(tmp_path / "small", small)
+    found = codes(folder, CapAdvice(half_bandwidth_bytes=100_000))
+    assert "latency_bound" not in found
+    numbers = {e.name: e.value for e in found["bucket_cap_too_small"].evidence}
+    assert (numbers["buckets_per_step"], numbers["mean_bucket_bytes"]) == (8, 4000)
+    assert numbers["recommended_cap_mib"] == 0.38        # 4 × 100 kB
+    assert "bucket_cap_too_small" not in codes(folder, CapAdvice(half_bandwidth_bytes=3000))
+
+
+def test_comm_bound(tmp_path):
+    """mm 10-110 (forward and backward), the all-reduce 60-560 on gloo's thread, then the
+    optimizer 560-760: 500 µs of communication against 100 µs of the work a batch brings
+    (300 µs of compute less the optimizer's 200), 450 µs exposed (45% of the step). It
+    hides grad_accum_opportunity. With 700 µs of mm, the work outweighs it."""
+    def body(mm_us: float):
+        def events(base: float, rank: int) -> list[dict]:
+            return [span("aten::mm", base + 10, base + 10 + mm_us),
+                    reduce(base + 60, base + 560, 1000),
+                    span("Optimizer.step#AdamW.step", base + 560, base + 760,
+                         cat="user_annotation"),
+                    span("aten::add_", base + 560, base + 760)]
+        return events
+
+    found = codes(cpu_run(tmp_path / "small", body(100)))
+    assert "grad_accum_opportunity" not in found and "no_overlap" not in found
+    numbers = {e.name: e.value for e in found["comm_bound"].evidence}
+    assert (numbers["comm_ms_per_step"], numbers["forward_backward_ms_per_step"]) == (0.5, 0.1)
+    assert numbers["exposed_comm_pct"] == 45.0 and found["comm_bound"].severity == "high"
+    assert "comm_bound" not in codes(cpu_run(tmp_path / "large", body(700)))
+
+
+def test_host_bound_on_cpu(tmp_path):
+    """mm 0-400, then tiny adds of 5 µs each, 1 µs apart: 100 of them make one stretch of
+    tiny ops from 400 to 999 µs (the gaps between them included), 59.9% of the 1000 µs step;
+    10 of them are no stretch (it takes 20 in a row)."""
+    def tiny(count: int):
+        def body(base: float, rank: int) -> list[dict]:
+            return [span("aten::mm", base, base + 400),
+                    *(span("aten::add", base + 400 + 6 * k, base + 405 + 6 * k)
+                      for k in range(count))]
+        return body
+
+    found = codes(cpu_run(tmp_path / "many", tiny(100)))["host_bound"]
+    numbers = {e.name: e.value for e in found.evidence}
+    assert numbers["tiny_op_calls_per_step"] == 100
+    assert numbers["tiny_op_stretches_ms_per_step"] == pytest.approx(0.599)
+    assert numbers["share_of_step"] == pytest.approx(59.9)
+    assert "host_bound" not in codes(cpu_run(tmp_path / "few", tiny(10)))

@@ -236,3 +236,28 @@ def test_markdown_and_csv_escape_what_a_run_name_holds(files, ddpprof_cli, tmp_p
                                     "'=HYPERLINK(\"x\")", "'+1", "'-2", "'@a", "'\tt"]
     # the terminal sees no control character either
     assert "two\\nlines|pipe" in result.stdout and "\t" not in result.stdout
+
+
+def test_a_rule_on_the_findings_counts_them_by_severity():
+    """``findings.high`` (or ``findings_high``) counts a run's findings of high severity in
+    the document's ``findings``; overlap alone is a weak gate (higher overlap can come with a
+    longer step), the findings are not."""
+    def findings(*severities: str) -> list[dict]:
+        return [{"run": "pytorch_ddp", "code": "c", "severity": s} for s in severities]
+
+    before = runs_of({**document(run("pytorch_ddp")), "findings": findings("low")}, "base")
+    now = runs_of({**document(run("pytorch_ddp", 60.0)), "findings": findings("high", "low",
+                                                                             "medium")}, "now")
+    rule = parse_rule("findings.high == 0")
+    assert rule.metric == "findings_high" and rule.text == "findings.high == 0"
+    [verdict] = evaluate([rule], now, before)
+    assert (verdict.baseline, verdict.current, verdict.verdict) == (0, 1, "FAIL")
+    [verdict] = evaluate([parse_rule("findings_medium <= baseline + 1")], now, before)
+    assert verdict.verdict == "pass"
+    [verdict] = evaluate([parse_rule("findings <= 3")], now, before)
+    assert (verdict.current, verdict.verdict) == (3, "pass")
+    with pytest.raises(UsageError, match=r"a dotted metric is findings\.high"):
+        parse_rule("findings.severe == 0")
+    # a document without findings has no such metric: an error, not zero
+    with pytest.raises(UsageError, match="no metric 'findings_high' in the baseline"):
+        evaluate([rule], now, runs_of(document(run("pytorch_ddp")), "old"))

@@ -31,7 +31,8 @@ from ddpprof.graph.path import (
 from ddpprof.trace.loader import load
 
 FIXTURES = Path(__file__).parent / "fixtures"
-HOOK = "real-traces/modded-nanogpt-hook-pair/modded-nanogpt-hook-gpu-rank-00-chrome-trace.json.gz"
+HOOK = ("real-traces/modded-nanogpt-hook-pair/hook/"
+        "modded-nanogpt-hook-gpu-rank-00-chrome-trace.json.gz")
 GPU_FIXTURES = ["hta-gpu/nccl-data", "hta-gpu/two-rank", "real-traces/param-dlrm-8rank-alltoall",
                 "real-traces/tracelens-b200-eager-ws8", "real-traces/tbplugin-micro-nccl",
                 "real-traces/tracelens-mi300-ddp-resnet", HOOK,

@@ -370,7 +370,10 @@ def test_jobs_are_capped_by_the_memory_one_rank_needs(tmp_path, monkeypatch, cap
     assert executors.rank_memory_bytes(packed) == executors.RANK_BASE_BYTES + 2 * (4 << 20)
     monkeypatch.setattr(executors, "usable_cores", lambda: 8)
     monkeypatch.setattr(executors, "available_memory_bytes", lambda: 2 * need + 1)
-    assert executors.LocalExecutor(None).workers_for(traces) == 2
+    # --jobs 8 (by default 4 MiB of traces are analyzed in this process: below
+    # SMALL_INPUT_BYTES a worker costs more to start than the analysis takes)
+    assert executors.LocalExecutor(None).workers_for(traces) == 1
+    assert executors.LocalExecutor(8).workers_for(traces) == 2
     assert "2 rank(s) analyzed at a time, not 8" in capsys.readouterr().err
 
 

@@ -79,7 +79,7 @@ CASES = {
     "h100-fsdp": Case("ddpprof-h100/fsdp/rank0.pt.trace.json.gz", "ProfilerStep#4"),
     # PyTorch 2.10, torch.compile: the GPU a step behind the host (ddpprof's path begins with
     # the queue the step inherited; HTA's window holds the kernels launched in the step only)
-    "h100-compiled-hook": Case("real-traces/modded-nanogpt-hook-pair/"
+    "h100-compiled-hook": Case("real-traces/modded-nanogpt-hook-pair/hook/"
                                "modded-nanogpt-hook-gpu-rank-00-chrome-trace.json.gz",
                                "ProfilerStep#11"),
     "h100-pytorch-ddp": Case("ddpprof-h100/pytorch_ddp/rank0.pt.trace.json.gz",

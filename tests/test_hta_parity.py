@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,21 +76,35 @@ def synthetic_gpu_run(folder: Path, seed: int, ranks: int = 2) -> Path:
 #: ``torch.compile``): HTA counts them as device events, ddpprof does not. HTA and the default
 #: are compared on a copy without those arguments; the named difference is tested apart.
 HOST_OP_STREAMS = {"tracelens-b200-eager-ws8"}
+#: Fixtures with a GPU-side copy (``gpu_user_annotation``) of each ProfilerStep and more than
+#: one step: HTA cuts the last step at the latest start over both copies, the default at the
+#: host's (docs/metrics.md). Compared on a copy without the GPU-side ones; tested apart too.
+DEVICE_STEP_COPIES = {"pytorch_ddp", "fsdp", "zero1"}
 
 
-def without_host_op_streams(folder: Path, into: Path) -> Path:
-    """A copy of ``folder``'s traces with ``args.stream`` taken out of host records (``cpu_op``):
-    the trace as a device-record reading of it sees it."""
+def as_hta_reads_them(folder: Path, into: Path) -> Path:
+    """A copy of ``folder`` (its ``run.json`` too) whose traces have ``args.stream`` taken out
+    of host records (``cpu_op``) and no GPU-side ProfilerStep copies: a trace on which HTA's
+    reading and the default's are defined alike."""
     into.mkdir(parents=True)
     for path in sorted(folder.glob("*.json*")):
+        if path.name == "run.json":
+            shutil.copy(path, into / path.name)
+            continue
         if path.suffix == ".gz":
             with gzip.open(path, "rt") as handle:
                 document = json.load(handle)
         else:
             document = json.loads(path.read_text())
+        events = []
         for event in document["traceEvents"]:
             if event.get("cat") == "cpu_op" and isinstance(event.get("args"), dict):
                 event["args"].pop("stream", None)
+            if event.get("cat") == "gpu_user_annotation" \
+                    and str(event.get("name", "")).startswith("ProfilerStep#"):
+                continue
+            events.append(event)
+        document["traceEvents"] = events
         (into / path.name.removesuffix(".gz")).write_text(json.dumps(document))
     return into
 
@@ -98,17 +113,20 @@ def without_host_op_streams(folder: Path, into: Path) -> Path:
 def folders(tmp_path_factory) -> list[Path]:
     made = tmp_path_factory.mktemp("synthetic")
     real = [FIXTURES / name for name in REAL]  # all in the repository: none may be missing
-    real = [without_host_op_streams(folder, made / folder.name)
-            if folder.name in HOST_OP_STREAMS else folder for folder in real]
+    real = [as_hta_reads_them(folder, made / folder.name)
+            if folder.name in HOST_OP_STREAMS | DEVICE_STEP_COPIES else folder
+            for folder in real]
     return real + [synthetic_gpu_run(made / f"seed{seed}", seed) for seed in (1, 2, 3)]
 
 
-@pytest.mark.parametrize("name", sorted(HOST_OP_STREAMS))
-def test_a_host_op_that_names_a_stream_is_the_only_difference(tmp_path, name):
-    """The default reads the fixture as its copy without host-op streams; ``--hta-compat``
-    counts the host op, as HTA does, so the two differ there (by the op's share)."""
-    original = FIXTURES / "real-traces" / name
-    copy = without_host_op_streams(original, tmp_path / name)
+@pytest.mark.parametrize("name", [*sorted(HOST_OP_STREAMS), *sorted(DEVICE_STEP_COPIES)])
+def test_what_hta_reads_differently_is_the_only_difference(tmp_path, name):
+    """The default reads the fixture as its copy without host-op streams and GPU-side step
+    copies; ``--hta-compat`` counts the host op as a device event and cuts the last step at
+    the GPU-side copy's start, as HTA does, so there the two differ."""
+    original = next(p for p in [FIXTURES / "real-traces" / name, FIXTURES / "ddpprof-h100" / name]
+                    if p.is_dir())
+    copy = as_hta_reads_them(original, tmp_path / name)
     assert ours(original) == ours(copy)
     assert ours(original, hta_compat=True) != ours(copy, hta_compat=True)
 

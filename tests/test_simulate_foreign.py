@@ -18,7 +18,7 @@ HTA = Path(__file__).parent / "fixtures" / "hta-gpu"
 FOREIGN = [HTA / "nccl-data", HTA / "two-rank", REAL / "param-dlrm-8rank-alltoall",
            REAL / "tracelens-b200-eager-ws8", REAL / "tbplugin-micro-nccl",
            REAL / "tracelens-mi300-ddp-resnet",
-           REAL / "modded-nanogpt-hook-pair"
+           REAL / "modded-nanogpt-hook-pair" / "hook"
            / "modded-nanogpt-hook-gpu-rank-00-chrome-trace.json.gz",
            REAL / "modded-nanogpt-8rank-compile"]
 

@@ -152,3 +152,35 @@ def synchronized_steps(folder: Path, mm_us: list[float], delay_us: list[float],
                        span("aten::add_", done + 1, done + 11)]
         write_trace(folder / f"rank{rank}.json", events, rank=rank, world_size=ranks)
     return folder, length
+
+
+def late_rank_steps(folder: Path, delay_us: list[list[float]], mm_calls: list[int],
+                    mm_us: list[float]) -> tuple[Path, list[float]]:
+    """A CPU run of ``len(mm_calls)`` ranks whose steps end together, one step per row of
+    ``delay_us`` (and one more, the last, which the analysis drops: a copy of the first row).
+    Each step of rank r: idle ``delay_us[step][r]`` (untraced), then ``mm_calls[r]`` calls of
+    ``aten::mm`` of ``mm_us[r]`` each (back to back, the same shape), ``c10d::allreduce_`` for
+    2 µs, then ``ddpprof::wait`` until 1 µs after gloo's all-reduce ends; the all-reduce
+    starts 3 µs after the rank's last mm and ends 30 µs after the last rank's start; then
+    ``aten::add_`` for 10 µs and 5 µs of nothing. Returns the folder and each step's length."""
+    ranks = len(mm_calls)
+    rows = [*delay_us, delay_us[0]]
+    arrivals = [max(d[r] + mm_calls[r] * mm_us[r] for r in range(ranks)) + 3 for d in rows]
+    lengths = [a + 30 + 1 + 10 + 5 for a in arrivals]
+    starts = [sum(lengths[:s]) for s in range(len(rows))]
+    shape = {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]}
+    for rank in range(ranks):
+        events = []
+        for s, (o, delays) in enumerate(zip(starts, rows, strict=True)):
+            events.append(step(s, o, o + lengths[s]))
+            at = o + delays[rank]
+            for _ in range(mm_calls[rank]):
+                events.append(span("aten::mm", at, at + mm_us[rank], **shape))
+                at += mm_us[rank]
+            done = o + arrivals[s] + 30
+            events += [span("c10d::allreduce_", at, at + 2),
+                       span("ddpprof::wait", at + 2, done + 1, cat="user_annotation"),
+                       gloo_reduce(at + 3, done),
+                       span("aten::add_", done + 1, done + 11)]
+        write_trace(folder / f"rank{rank}.json", events, rank=rank, world_size=ranks)
+    return folder, lengths[:-1]

@@ -11,6 +11,7 @@ from ..metrics.breakdown import (
     host_breakdown,
 )
 from ..metrics.comm import collective_stats
+from ..metrics.dispatch import tiny_op_stretches
 from ..metrics.groups import group_figures
 from ..trace import classify
 from ..trace.events import RankTrace
@@ -73,7 +74,10 @@ class HostAnalysis:
             process_groups=group_figures(calls, compute),
             calls=calls, per_step=self._per_step(window),
             timeline=self._timeline(window) if self.options.timeline else None,
-            buckets=self._buckets(), host=HostSignals(dataloader_us(trace, window), None),
+            buckets=self._buckets(), host=HostSignals(
+                dataloader_us(trace, window), None, iv.length(iv.intersect(tiny_op_stretches(
+                    trace.start_us[self.lanes.work], trace.end_us[self.lanes.work],
+                    trace.thread_id[self.lanes.work]), window))),
             tax_samples=tax.host_samples(trace, self.lanes, self.analyzed, compute,
                                          calls.start_us),
             parts=host_parts(trace, self.lanes, window, self.analyzed, calls))

@@ -55,6 +55,8 @@ class HostSignals:
 
     dataloader_us: float             # in the data loader's spans, inside the window
     idle_host_busy_us: float | None  # GPU: device idle while the host was busy issuing work
+    #: CPU: in stretches of tiny ops (``metrics.dispatch``), inside the window
+    tiny_op_stretch_us: float | None = None
 
 
 @dataclass

@@ -69,7 +69,8 @@ def gate(current: Path, baseline: Path, rules: list[str], tolerance: float, aggr
     parsed = [gating.parse_rule(text) for text in rules or (gating.DEFAULT_RULE,)]
     notes: list[str] = gating.deprecated_names(parsed)
     with progress.working(outputs.quiet or current.is_file(), f"analyzing {current}"):
-        now = gating.load_runs(current, notes=notes)
+        now = gating.load_runs(current, notes=notes, with_findings=any(
+            r.metric.startswith("findings") for r in parsed))
     before = gating.load_runs(baseline, must_be_json=True)
     if aggregate == "median":
         now, before = gating.aggregate(now), gating.aggregate(before)

@@ -153,7 +153,7 @@ def _same_length(field: str, values: list[Any], count: int, of: str) -> None:
         raise ValueError(f"{field}: {len(values)} values for {count} {of}")
 
 
-def _waiting_moved(rank: RankResult, own: RankParts, waits: CallWaits | None
+def waiting_moved(rank: RankResult, own: RankParts, waits: CallWaits | None
                    ) -> tuple[list[PartKey], np.ndarray]:
     """Move each call's time before its last member arrived (its exposed share of it) from
     its communication part to "waiting for rank N"."""
@@ -230,7 +230,7 @@ def run_profile(run: RunResult) -> RunProfile | None:
     keys: dict[PartKey, int] = {}
     per_rank = []
     for rank, rank_parts in zip(ranks, own, strict=True):
-        parts, part_us = _waiting_moved(rank, rank_parts, waits.get(rank.rank))
+        parts, part_us = waiting_moved(rank, rank_parts, waits.get(rank.rank))
         for key in parts:
             keys.setdefault(key, len(keys))
         per_rank.append((parts, part_us))

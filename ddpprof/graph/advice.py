@@ -17,9 +17,11 @@ from .whatif import Edit, edited_step_us
 
 #: The path category each finding's advice shortens.
 SHORTENS = {"no_overlap": COMMUNICATION, "bucket_cap_too_large": COMMUNICATION,
-            "exposed_tail": COMMUNICATION, "grad_accum_opportunity": COMMUNICATION,
-            "latency_bound": COMMUNICATION, "straggler": WAITING, "host_bound": HOST,
-            "dataloader": HOST}
+            "bucket_cap_too_small": COMMUNICATION, "exposed_tail": COMMUNICATION,
+            "grad_accum_opportunity": COMMUNICATION, "latency_bound": COMMUNICATION,
+            "comm_bound": COMMUNICATION, "straggler": WAITING, "slow_rank_compute": WAITING,
+            "slow_rank_contended": WAITING, "slow_rank_untraced": WAITING,
+            "rotating_straggler": WAITING, "host_bound": HOST, "dataloader": HOST}
 
 
 def median_step(steps: list[StepPath], run: str) -> StepPath | None:

@@ -38,5 +38,6 @@ def hang_findings(unfinished: list[RunProblem]) -> list[Finding]:
              Evidence("collective", collective.call.text()),
              Evidence("culprit_ranks", ranks_text([c.rank for c in hang.culprits])),
              *([Evidence("call_site", site)] if site else [])],
-            impact_pct=100.0))
+            impact_pct=100.0,
+            rank=hang.culprits[0].rank if len(hang.culprits) == 1 else None))
     return found

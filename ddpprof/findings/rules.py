@@ -1,5 +1,5 @@
-"""What to change: findings drawn from an analysis, each with its evidence in numbers and, where
-the simulator can say, the gain it predicts. Pure functions of the typed results.
+"""The rules on a run's communication, buckets and host: each a pure function of the typed
+results (and of what the simulator says, ``CapAdvice``), returning a finding or None.
 
 Every rule and threshold here is documented in docs/findings.md; each has tests
 with traces that trigger it and traces that must not.
@@ -8,15 +8,27 @@ with traces that trigger it and traces that must not.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-from .analysis.group_rows import group_rows
-from .analysis.results import RankResult, RunResult
-from .analysis.rows import run_row
-from .units import MIB
-from .variants import variant_info
+from ..analysis.group_rows import group_rows
+from ..analysis.parts import PartKey
+from ..analysis.results import RankResult, RunResult
+from ..analysis.rows import run_row
+from ..metrics.dispatch import SHORT_OP_US
+from ..trace.classify import OPTIMIZER_CATEGORY
+from ..units import MIB
+from .model import (
+    CapAdvice,
+    Evidence,
+    Finding,
+    exposed_share,
+    finding,
+    foreign,
+    mib,
+    reference_rank,
+    run_step_ms,
+    sharded,
+    step_ms,
+)
 
 # Thresholds, named as docs/findings.md names them.
 FEW_BUCKETS = 3                  # bucket_cap_too_large: at most this many all-reduces per step
@@ -25,9 +37,9 @@ LOW_OVERLAP_PCT = 50.0           # ... with less overlap than this
 MANY_CALLS = 8                   # latency_bound: at least this many collective calls per step
 BELOW_HALF_BANDWIDTH = 0.25      # ... of a mean size below this fraction of the half-bandwidth size
 TAIL_SHARE = 0.10                # exposed_tail: last bucket exposed for ≥ this share of the step
-WAIT_SHARE = 0.10                # straggler: the others wait ≥ this share of the step ...
-SAME_RANK_SHARE = 2 / 3          # ... and at least this share of all waiting is for one rank
-COMPUTE_SKEW_PP = 10.0           # straggler (no wait split): compute % spread across ranks
+MANY_BUCKETS = 6                 # bucket_cap_too_small: at least this many buckets per step ...
+COMM_BOUND_SHARE = 0.20          # comm_bound: exposed communication ≥ this share of the step ...
+TINY_OPS_SHARE = 0.15            # host_bound (CPU): stretches of tiny ops ≥ this of the step
 NO_OVERLAP_PCT = 5.0             # no_overlap: overlap below this ...
 EXPOSED_PCT = 5.0                # ... while exposed communication is at least this % of the window
 HOST_BOUND_IDLE_PCT = 20.0       # host_bound: device idle at least this % of the window ...
@@ -43,97 +55,14 @@ QUEUED_SHARE = 0.05              # comm_queued: a group's calls queued ≥ this 
 #: collectives found by structure).
 TENSOR_PARALLEL_GROUPS = frozenset({"tp", "tensor", "tensor_parallel", "functional"})
 
-SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
-
-
-@dataclass(frozen=True)
-class Evidence:
-    name: str
-    value: float | int | str | None
-    unit: str = ""
-
-
-@dataclass(frozen=True)
-class Finding:
-    run: str
-    code: str
-    severity: str                        # "high", "medium" or "low"
-    message: str
-    evidence: list[Evidence] = field(default_factory=list)
-    estimated_gain_pct: float | None = None   # of step time, where it can be estimated
-    impact_pct: float = 0.0                   # what it costs now, % of the step: for ranking
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "code": self.code, "severity": self.severity,
-                "message": self.message,
-                "evidence": {e.name: e.value for e in self.evidence},
-                "evidence_units": {e.name: e.unit for e in self.evidence if e.unit},
-                "estimated_gain_pct": self.estimated_gain_pct, "impact_pct": self.impact_pct}
-
-
-@dataclass(frozen=True)
-class CapReplay:
-    """The simulator's replay of a run's middle step at each bucket cap: the best cap against
-    the current one (made only for a run ddpprof recorded: only there does a finding name a
-    cap)."""
-
-    current_cap_mb: float | None
-    best_cap_mb: float
-    current_step_ms: float
-    best_step_ms: float
-
-    @property
-    def gain_pct(self) -> float:
-        return 100 * (1 - self.best_step_ms / self.current_step_ms) if self.current_step_ms else 0
-
-
-@dataclass(frozen=True)
-class CapAdvice:
-    """What the simulator says of a run's collectives (``findings`` takes it from the caller,
-    which may or may not be able to run the simulator): the half-bandwidth size α·β of the
-    fitted cost (in message bytes: latency = transfer time), and the replay at each cap."""
-
-    half_bandwidth_bytes: float | None
-    replay: CapReplay | None = None
-
-
-def _severity(gain_pct: float | None, share: float) -> str:
-    """High when it costs (or would gain) a fifth of the step, medium from a twentieth."""
-    value = gain_pct if gain_pct is not None else 100 * share
-    return "high" if value >= 20 else "medium" if value >= 5 else "low"
-
-
-def _finding(run: RunResult, code: str, share: float, message: str, evidence: list[Evidence],
-             gain_pct: float | None = None) -> Finding:
-    """A finding whose cost is ``share`` of the step now (0–1), and its gain where known."""
-    return Finding(run.name, code, _severity(gain_pct, share), message, evidence, gain_pct,
-                   100 * share if gain_pct is None else gain_pct)
-
-
-def _sharded(run: RunResult) -> bool:
-    config = run.manifest.config
-    info = variant_info(config.variant if config else None)
-    return bool(info and info.sharded)
-
-
-def _foreign(run: RunResult) -> bool:
-    """A trace ddpprof did not record (no run.json): findings name what to change in the job,
-    never ddpprof's own flags or variants."""
-    return run.manifest.config is None
-
-
-def _step_ms(rank: RankResult) -> float:
-    return rank.breakdown.window_us / 1e3 / max(rank.steps, 1)
-
-
-def _mb(size: float | None) -> str:
-    return "?" if size is None else f"{size / MIB:.2f} MiB"
-
 
 def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     """Too few buckets for the gradients: the first gradient reduction launches late in
-    backward, so communication cannot start before backward ends."""
-    rank = run.ranks[0]
+    backward, so communication cannot start before backward ends. On the rank the others
+    wait for (``reference_rank``): its reductions are its own, not a wait for a slow rank.
+    Severity from the simulator's predicted gain where it can replay the run, else from the
+    exposed communication."""
+    rank = reference_rank(run)
     timeline = rank.buckets
     if timeline is None or not timeline.buckets or len(timeline.buckets) > FEW_BUCKETS:
         return None
@@ -145,7 +74,7 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
     if lateness < LATE_FIRST_LAUNCH or (overlap is not None and overlap >= LOW_OVERLAP_PCT):
         return None
     total = sum(b.size_bytes or 0 for b in timeline.buckets)
-    replay = advice.replay if advice is not None and not _foreign(run) else None
+    replay = advice.replay if advice is not None and not foreign(run) else None
     if replay is not None and replay.best_cap_mb < (replay.current_cap_mb or float("inf")):
         cap, gain = replay.best_cap_mb, replay.gain_pct
         # "now" is the step the table shows (the analyzed window's), the prediction the
@@ -156,15 +85,20 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
     else:
         cap, gain = max(round(total / 4 / MIB, 1), 0.1), None
         basis = "a cap of a quarter of the gradient bytes gives four buckets to overlap"
+        if replay is not None:   # the simulator sees no smaller cap doing better
+            gain = 0.0
+            basis += (f"; but ddpprof simulate predicts no gain from smaller buckets here "
+                      f"(best {replay.best_cap_mb:g} MiB): what overlaps costs as much as it "
+                      "hides (the overlap tax)")
     remedy = (f"Make the gradient buckets smaller (DDP's bucket_cap_mb={cap:g}, or smaller "
-              f"FSDP units): {basis}" if _foreign(run) else f"Use --bucket-cap-mib {cap:g} "
+              f"FSDP units): {basis}" if foreign(run) else f"Use --bucket-cap-mib {cap:g} "
               f"({basis})")
     # past 100 %: launched after backward's last gradient (the Reducer copies it first)
     when = (f"starts {100 * lateness:.0f}% into backward, so little can overlap" if lateness < 1
             else "starts only after backward's last gradient, so none of it overlaps backward")
-    return _finding(
-        run, "bucket_cap_too_large", _exposed_share(rank),
-        f"{len(timeline.buckets)} bucket(s) for {_mb(total)} of gradients: the first gradient "
+    return finding(
+        run, "bucket_cap_too_large", exposed_share(run, rank),
+        f"{len(timeline.buckets)} bucket(s) for {mib(total)} of gradients: the first gradient "
         f"reduction {when}. {remedy}.",
         [Evidence("buckets_per_step", len(timeline.buckets)),
          Evidence("gradient_bytes_per_step", total, "B"),
@@ -172,16 +106,50 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
          Evidence("overlap_pct", overlap, "%"), Evidence("recommended_cap_mib", cap)], gain)
 
 
-def _exposed_share(rank: RankResult) -> float:
-    b = rank.breakdown
-    return b.exposed_comm_us / b.window_us if b.window_us else 0.0
+def bucket_cap_too_small(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """Many small gradient buckets: at least MANY_BUCKETS reductions of gradients per step
+    whose mean size is below the half-bandwidth size α·β (each spends longer on the per-call
+    latency than on moving bytes, and each is one more point where the ranks wait for one
+    another). What it costs is the exposed communication of the rank the others wait for;
+    the simulator's replay, where it can make one, says what a larger cap gains."""
+    rank = reference_rank(run)
+    timeline = rank.buckets
+    half = advice.half_bandwidth_bytes if advice is not None else None
+    if timeline is None or len(timeline.buckets) < MANY_BUCKETS or not half \
+            or timeline.backward_end_ms is None:   # reductions of no gradient seen
+        return None
+    sizes = [b.size_bytes for b in timeline.buckets if b.size_bytes is not None]
+    if not sizes or statistics.fmean(sizes) >= half:
+        return None
+    mean = statistics.fmean(sizes)
+    replay = advice.replay if advice is not None and not foreign(run) else None
+    cap = max(round(4 * half / MIB, 2), 0.25)
+    basis = "buckets of several times the half-bandwidth size move bytes more than they wait"
+    if replay is not None and replay.best_cap_mb > (replay.current_cap_mb or float("inf")):
+        cap = replay.best_cap_mb
+        basis = (f"ddpprof simulate predicts {replay.best_step_ms:.1f} ms per step at {cap:g} "
+                 f"MiB against {replay.current_step_ms:.1f} ms now")
+    remedy = (f"Make the gradient buckets larger (DDP's bucket_cap_mb={cap:g})"
+              if foreign(run) else f"Use --bucket-cap-mib {cap:g}")
+    share = exposed_share(run, rank)
+    return finding(
+        run, "bucket_cap_too_small", share,
+        f"{len(timeline.buckets)} gradient buckets per step of {mib(mean)} on average, below "
+        f"the {mib(half)} at which a call spends as long moving bytes as on latency: each pays "
+        f"the per-call latency and is one more point where the ranks wait for one another; the "
+        f"collectives are exposed for {100 * share:.0f}% of the step. {remedy} ({basis}).",
+        [Evidence("buckets_per_step", len(timeline.buckets)),
+         Evidence("mean_bucket_bytes", round(mean), "B"),
+         Evidence("half_bandwidth_bytes", round(half), "B"),
+         Evidence("exposed_comm_pct", round(100 * share, 2), "%"),
+         Evidence("recommended_cap_mib", cap)])
 
 
 def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     """Many small collectives, well below the size where bus bandwidth saturates. The size is
     the half-bandwidth point α·β of the fitted cost t = α + S/β: below it a call spends more
     time on latency than on moving bytes."""
-    rank = run.ranks[0]
+    rank = reference_rank(run)
     per_step = rank.calls.n / max(rank.steps, 1)
     sizes = [s for s in rank.calls.size_bytes if s is not None]
     if per_step < MANY_CALLS or not sizes or advice is None or not advice.half_bandwidth_bytes:
@@ -189,17 +157,17 @@ def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     mean, half = statistics.fmean(sizes), advice.half_bandwidth_bytes
     if mean >= BELOW_HALF_BANDWIDTH * half:
         return None
-    if _foreign(run):
+    if foreign(run):
         remedy = ("bring the collectives together into fewer, larger ones (DDP's gradient "
                   "buckets, a larger bucket_cap_mb; larger FSDP units)")
     else:
         remedy = ("shard in larger units (fewer fully_shard groups, or a larger "
-                  "--bucket-cap-mib)" if _sharded(run) else "bucket gradients together "
+                  "--bucket-cap-mib)" if sharded(run) else "bucket gradients together "
                   "(bucket_ddp_async or pytorch_ddp, or a larger --bucket-cap-mib)")
-    return _finding(
-        run, "latency_bound", _exposed_share(rank),
-        f"{per_step:.0f} collectives per step of {_mb(mean)} on average, {half / mean:.0f}× "
-        f"below the {_mb(half)} at which a call spends as long moving bytes as on latency: "
+    return finding(
+        run, "latency_bound", exposed_share(run, rank),
+        f"{per_step:.0f} collectives per step of {mib(mean)} on average, {half / mean:.0f}× "
+        f"below the {mib(half)} at which a call spends as long moving bytes as on latency: "
         f"{remedy}, so that each call carries more.",
         [Evidence("calls_per_step", round(per_step, 1)),
          Evidence("mean_bytes_per_call", round(mean), "B"),
@@ -207,83 +175,44 @@ def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
 
 
 def exposed_tail(run: RunResult, advice: CapAdvice | None) -> Finding | None:
-    """The last bucket's reduction sticks out after backward."""
-    rank = run.ranks[0]
+    """The last bucket's reduction sticks out after backward (on the rank the others wait
+    for: on the others it sticks out by their wait too)."""
+    rank = reference_rank(run)
     timeline = rank.buckets
     if timeline is None or len(timeline.buckets) < 2:
         return None
-    last, step_ms = timeline.buckets[-1], _step_ms(rank)
-    if not step_ms or last.exposed_ms < TAIL_SHARE * step_ms:
+    last, step = timeline.buckets[-1], step_ms(rank)
+    if not step or last.exposed_ms < TAIL_SHARE * step:
         return None
-    share = last.exposed_ms / step_ms
-    return _finding(
+    share = last.exposed_ms / step
+    return finding(
         run, "exposed_tail", share,
-        f"the last bucket's reduction ({_mb(last.size_bytes)}) runs {last.exposed_ms:.2f} ms "
+        f"the last bucket's reduction ({mib(last.size_bytes)}) runs {last.exposed_ms:.2f} ms "
         f"past the end of backward, {100 * share:.0f}% of the step: a smaller last bucket, or "
         "overlapping it with the optimizer step (per-bucket optimizer updates), would hide it.",
         [Evidence("last_bucket_exposed_ms", round(last.exposed_ms, 3), "ms"),
          Evidence("last_bucket_bytes", last.size_bytes, "B"),
-         Evidence("step_ms", round(step_ms, 3), "ms")], 100 * share)
-
-
-def straggler(run: RunResult, advice: CapAdvice | None) -> Finding | None:
-    """One rank makes the others wait: with the wait/transfer split, the rank that caused at
-    least SAME_RANK_SHARE of all the waiting, when the others spend ≥ WAIT_SHARE of the step
-    (wall time: the union of their waiting intervals) waiting; without it, compute skew."""
-    if len(run.ranks) < 2:
-        return None
-    if run.slowest_rank is not None:
-        slow = next(r for r in run.ranks if r.rank == run.slowest_rank)
-        caused_total = sum(r.wait.caused_wait_us for r in run.ranks if r.wait)
-        others = [(r.steps, r.wait) for r in run.ranks if r.rank != slow.rank and r.wait]
-        if not others or not caused_total or not slow.wait:
-            return None
-        waiting = statistics.fmean(wait.waiting_us / 1e3 / max(steps, 1)
-                                   for steps, wait in others)
-        step_ms = statistics.fmean(_step_ms(r) for r in run.ranks)
-        share = waiting / step_ms if step_ms else 0.0
-        dominance = slow.wait.caused_wait_us / caused_total
-        if share < WAIT_SHARE or dominance < SAME_RANK_SHARE:
-            return None
-        return _finding(
-            run, "straggler", share,
-            f"rank {slow.rank} arrives last at collectives ({100 * dominance:.0f}% of the "
-            f"waiting is for it): the other ranks spend {waiting:.2f} ms per step "
-            f"({100 * share:.0f}% of the step) waiting. Look at what it does before "
-            "communicating (data, load balance, its device).",
-            [Evidence("rank", slow.rank),
-             Evidence("share_of_waiting_caused", round(100 * dominance, 1), "%"),
-             Evidence("others_waiting_ms_per_step", round(waiting, 3), "ms"),
-             Evidence("step_ms", round(step_ms, 3), "ms")], 100 * share)
-    compute = {r.rank: r.breakdown.compute_pct for r in run.ranks}
-    spread = max(compute.values()) - min(compute.values())
-    if spread < COMPUTE_SKEW_PP:
-        return None
-    top = max(compute, key=compute.__getitem__)
-    return _finding(run, "straggler", spread / 100,
-                    f"rank {top} computes {spread:.1f} points more of the window than the "
-                    "least busy rank: the others wait for it at every collective.",
-                    [Evidence("rank", top),
-                     Evidence("compute_pct_spread", round(spread, 2), "pp")])
+         Evidence("step_ms", round(step, 3), "ms")], 100 * share)
 
 
 def no_overlap(run: RunResult, advice: CapAdvice | None) -> Finding | None:
-    """Communication is blocking: none of it hides behind compute."""
-    row = run_row(run)
-    overlap, exposed = row.metrics.overlap_pct, row.metrics.exposed_comm_pct
+    """Communication is blocking: none of it hides behind compute (on the rank the others wait
+    for: the others' collectives also hold their wait for it)."""
+    rank = reference_rank(run)
+    overlap, exposed = rank.breakdown.overlap_pct, 100 * exposed_share(run, rank)
     if overlap is None or overlap >= NO_OVERLAP_PCT or exposed < EXPOSED_PCT:
         return None
-    if _foreign(run):
+    if foreign(run):
         remedy = ("launch the reductions asynchronously (DDP's gradient hooks, FSDP's "
                   "reduce-scatter and all-gather prefetching) and wait only before the "
                   "optimizer step")
     else:
         remedy = ("let the reduce-scatters and all-gathers run behind compute (FSDP "
                   "prefetching, asynchronous reductions; on gloo the collectives block the "
-                  "calling thread)" if _sharded(run) else "launch them asynchronously from "
+                  "calling thread)" if sharded(run) else "launch them asynchronously from "
                   "gradient hooks (bucket_ddp_async, pytorch_ddp) and wait only before the "
                   "optimizer step")
-    return _finding(
+    return finding(
         run, "no_overlap", exposed / 100,
         f"only {overlap:.1f}% of the communication overlaps compute, and {exposed:.1f}% of "
         "the time is exposed communication: the collectives block (a synchronous variant, or "
@@ -292,10 +221,57 @@ def no_overlap(run: RunResult, advice: CapAdvice | None) -> Finding | None:
          Evidence("exposed_comm_pct", round(exposed, 2), "%")], exposed)
 
 
+def comm_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+    """Communication outweighs the work a batch brings: on the rank the others wait for (its
+    collectives are its own transfers), the collectives take at least as long as forward and
+    backward (its compute but the optimizer's, which grows with the parameters as the
+    communication does, not with the batch), and the exposed communication is at least
+    COMM_BOUND_SHARE of the step. What it costs is that exposed part."""
+    rank = reference_rank(run)
+    b = rank.breakdown
+    if not rank.collectives or not b.window_us:
+        return None
+    steps = max(rank.steps, 1)
+    waited = rank.wait.wait_us if rank.wait is not None else 0.0
+    comm_ms, compute_ms = (b.comm_us - waited) / 1e3 / steps, b.compute_us / 1e3 / steps
+    work_ms = compute_ms - _optimizer_ms(rank)
+    share = exposed_share(run, rank)
+    if comm_ms < work_ms or share < COMM_BOUND_SHARE:
+        return None
+    moved = sum(s for s in rank.calls.size_bytes if s is not None) / steps
+    how = ("a larger batch per rank, accumulating gradients over micro-batches without "
+           "syncing (no_sync), or fewer ranks" if foreign(run) else
+           "a larger --global-batch per rank, --grad-accum 2 or more, or fewer ranks (--nproc)")
+    return finding(
+        run, "comm_bound", share,
+        f"communication outweighs the work of a batch: {comm_ms:.3g} ms of collectives per "
+        f"step ({mib(moved)}) against {work_ms:.3g} ms of forward and backward "
+        f"({compute_ms:.3g} ms of compute with the optimizer), {100 * share:.0f}% of the step "
+        f"exposed: each rank has too little work for what a step communicates. Use {how}.",
+        [Evidence("comm_ms_per_step", round(comm_ms, 3), "ms"),
+         Evidence("forward_backward_ms_per_step", round(work_ms, 3), "ms"),
+         Evidence("compute_ms_per_step", round(compute_ms, 3), "ms"),
+         Evidence("bytes_per_step", round(moved), "B"),
+         Evidence("exposed_comm_pct", round(100 * share, 2), "%")])
+
+
+def _optimizer_ms(rank: RankResult) -> float:
+    """The rank's time in its optimizer's step, per step (its parts; 0 without)."""
+    parts = rank.parts
+    key = PartKey("compute", OPTIMIZER_CATEGORY)
+    if parts is None or key not in parts.parts:
+        return 0.0
+    return float(parts.part_us[parts.parts.index(key)].mean()) / 1e3
+
+
 def host_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
-    """On GPU: the device sits idle while the host is still busy issuing work."""
+    """The host, not the work, sets the pace. GPU: the device sits idle while the host is still
+    busy issuing work. CPU: tiny ops (mean self time under SHORT_OP_US) take at least
+    TINY_OPS_SHARE of the step on every rank (their mean): the step is spent dispatching."""
     rank = run.ranks[0]
-    if rank.kind != "gpu" or rank.host is None or rank.host.idle_host_busy_us is None:
+    if rank.kind == "cpu":
+        return _tiny_ops(run)
+    if rank.host is None or rank.host.idle_host_busy_us is None:
         return None
     b = rank.breakdown
     if b.idle_pct < HOST_BOUND_IDLE_PCT or not b.idle_us:
@@ -303,13 +279,46 @@ def host_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     share = rank.host.idle_host_busy_us / b.idle_us
     if share < HOST_BUSY_SHARE:
         return None
-    return _finding(
+    return finding(
         run, "host_bound", b.idle_pct / 100 * share,
         f"the device is idle {b.idle_pct:.1f}% of the window, and the host is busy running "
         f"ops or launching kernels for {100 * share:.0f}% of that idle time: the CPU cannot "
         "keep the device fed. Larger batches, CUDA graphs or torch.compile cut the launches.",
         [Evidence("idle_pct", round(b.idle_pct, 2), "%"),
          Evidence("idle_with_host_busy_pct", round(100 * share, 1), "%")], b.idle_pct * share)
+
+
+def _tiny_ops(run: RunResult) -> Finding | None:
+    """CPU ranks: the time in stretches of tiny ops (``metrics.dispatch``: at least 20 ops in
+    a row, each shorter than 20 µs, the gaps between them included), share of the step, mean
+    over the ranks; and the tiny ops by name from the steps' parts."""
+    shares, calls, tiny_calls = [], [], []
+    for rank in run.ranks:
+        parts, host = rank.parts, rank.host
+        if parts is None or host is None or host.tiny_op_stretch_us is None \
+                or not rank.breakdown.window_us or not parts.step_names:
+            return None
+        shares.append(host.tiny_op_stretch_us / rank.breakdown.window_us)
+        compute = [i for i in parts.items if parts.parts[i.part].group == "compute"]
+        steps = len(parts.step_names)
+        calls.append(sum(i.calls for i in compute) / steps)
+        tiny_calls.append(sum(i.calls for i in compute if i.us < SHORT_OP_US * i.calls) / steps)
+    share, step = statistics.fmean(shares), run_step_ms(run)
+    if share < TINY_OPS_SHARE:
+        return None
+    return finding(
+        run, "host_bound", share,
+        f"{statistics.fmean(tiny_calls):.0f} of the {statistics.fmean(calls):.0f} op calls per "
+        f"step take under {SHORT_OP_US:g} µs each, and the stretches where such ops follow one "
+        f"another take {share * step:.3g} ms of the {step:.3g} ms step ({100 * share:.0f}%, "
+        "the gaps between them included): the step is spent dispatching tiny ops, not "
+        "computing. Fewer, larger ops (torch.compile, vectorised code, larger tensors per op) "
+        "cut it.",
+        [Evidence("op_calls_per_step", round(statistics.fmean(calls))),
+         Evidence("tiny_op_calls_per_step", round(statistics.fmean(tiny_calls))),
+         Evidence("tiny_op_stretches_ms_per_step", round(share * step, 3), "ms"),
+         Evidence("share_of_step", round(100 * share, 2), "%"),
+         Evidence("step_ms", round(step, 3), "ms")])
 
 
 def dataloader(run: RunResult, advice: CapAdvice | None) -> Finding | None:
@@ -320,7 +329,7 @@ def dataloader(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     share = 100 * rank.host.dataloader_us / rank.breakdown.window_us
     if share < DATALOADER_PCT:
         return None
-    return _finding(run, "dataloader", share / 100,
+    return finding(run, "dataloader", share / 100,
                     f"{share:.1f}% of the window is spent in the data loader: more workers "
                     "(num_workers), pinned memory and prefetching move it off the step.",
                     [Evidence("dataloader_pct", round(share, 2), "%")], share)
@@ -331,16 +340,17 @@ def grad_accum_opportunity(run: RunResult, advice: CapAdvice | None) -> Finding 
     is not amortized: accumulating gradients over K micro-steps syncs once per K, so exposed
     communication per sample falls by 1 − 1/K (K = 2: half)."""
     row = run_row(run)
-    if row.grad_accum not in (None, 1) or not run.ranks[0].collectives:
+    rank = reference_rank(run)
+    if row.grad_accum not in (None, 1) or not rank.collectives:
         return None
-    exposed, compute = row.metrics.exposed_comm_pct, row.metrics.compute_pct
+    exposed, compute = 100 * exposed_share(run, rank), rank.breakdown.compute_pct
     if exposed < ACCUMULATION_EXPOSED_PCT or exposed < compute:
         return None
     gain = exposed / 2
     how = ("accumulating gradients over 2 micro-batches without syncing (no_sync in DDP, "
-           "set_requires_gradient_sync(False) in FSDP2)" if _foreign(run) else
+           "set_requires_gradient_sync(False) in FSDP2)" if foreign(run) else
            "accumulating gradients over 2 micro-steps (--grad-accum 2, no_sync)")
-    return _finding(
+    return finding(
         run, "grad_accum_opportunity", exposed / 100,
         f"exposed communication ({exposed:.1f}% of the step) outweighs compute "
         f"({compute:.1f}%): {how} halves the syncs per sample, about {gain:.0f}% of step time "
@@ -356,19 +366,19 @@ def tp_exposed(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     at least TP_DOMINANT_SHARE of the exposed time of all groups together."""
     rows = {row.name: row for row in group_rows(run)}
     exposed_all = sum(row.exposed_comm_ms_per_step for row in rows.values())
-    step_ms = statistics.fmean(_step_ms(r) for r in run.ranks)
+    step = run_step_ms(run)
     found = [row for name, row in rows.items() if name in TENSOR_PARALLEL_GROUPS]
-    if not found or not step_ms or not exposed_all:
+    if not found or not step or not exposed_all:
         return None
     row = max(found, key=lambda r: r.exposed_comm_ms_per_step)
-    share = row.exposed_comm_ms_per_step / step_ms
+    share = row.exposed_comm_ms_per_step / step
     if share < TP_EXPOSED_SHARE or row.exposed_comm_ms_per_step < TP_DOMINANT_SHARE * exposed_all:
         return None
     where = (" Its groups cross nodes: keep tensor parallelism within a node."
              if row.locality == "inter-node" else "")
-    smaller = "" if _foreign(run) else ", or record with a smaller --tp"
+    smaller = "" if foreign(run) else ", or record with a smaller --tp"
     overlap = "n/a" if row.overlap_pct is None else f"{row.overlap_pct:.0f}%"
-    return _finding(
+    return finding(
         run, "tp_exposed", share,
         f"the tensor-parallel collectives (group {row.name}, {row.calls_per_step:.0f} per "
         f"step) are exposed for {row.exposed_comm_ms_per_step:.2f} ms per step, "
@@ -388,16 +398,16 @@ def a2a_imbalance(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     heaviest rank sends at least A2A_IMBALANCE × the mean bytes of the matched calls
     (``metrics.groups.Imbalance``). What it costs is taken as the share of the group's time
     the others spend beyond the mean: (1 − 1/ratio) × its communication time."""
-    step_ms = statistics.fmean(_step_ms(r) for r in run.ranks)
+    step = run_step_ms(run)
     candidates = [row for row in group_rows(run) if row.a2a_imbalance is not None
-                  and row.a2a_imbalance >= A2A_IMBALANCE and step_ms
-                  and row.comm_ms_per_step >= A2A_SHARE * step_ms]
+                  and row.a2a_imbalance >= A2A_IMBALANCE and step
+                  and row.comm_ms_per_step >= A2A_SHARE * step]
     if not candidates:
         return None
     row = max(candidates, key=lambda r: r.a2a_imbalance or 0.0)
     ratio = row.a2a_imbalance or 1.0
-    share = (1 - 1 / ratio) * row.comm_ms_per_step / step_ms
-    return _finding(
+    share = (1 - 1 / ratio) * row.comm_ms_per_step / step
+    return finding(
         run, "a2a_imbalance", share,
         f"the all-to-alls of group {row.name} are uneven: rank {row.a2a_heaviest_rank} "
         f"{'receives' if row.a2a_imbalance_side == 'receive' else 'sends'} {ratio:.1f}× the "
@@ -415,14 +425,14 @@ def comm_queued(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     whose calls, once launched, queued behind another group's calls or behind blocking calls
     of their own group (``metrics.groups.queued``) for at least QUEUED_SHARE of the step,
     mean over its ranks. What it costs is taken as that queued time."""
-    step_ms = statistics.fmean(_step_ms(r) for r in run.ranks)
+    step = run_step_ms(run)
     candidates = [row for row in group_rows(run) if row.queued_behind is not None
-                  and step_ms and row.queued_ms_per_step >= QUEUED_SHARE * step_ms]
+                  and step and row.queued_ms_per_step >= QUEUED_SHARE * step]
     if not candidates:
         return None
     row = max(candidates, key=lambda r: r.queued_ms_per_step)
-    share = row.queued_ms_per_step / step_ms
-    return _finding(
+    share = row.queued_ms_per_step / step
+    return finding(
         run, "comm_queued", share,
         f"the collectives of group {row.name} wait {row.queued_ms_per_step:.2f} ms per step "
         f"({100 * share:.0f}% of the step) in their stream's queue behind {row.queued_behind}: "
@@ -432,26 +442,3 @@ def comm_queued(run: RunResult, advice: CapAdvice | None) -> Finding | None:
         [Evidence("group", row.name), Evidence("behind", row.queued_behind),
          Evidence("queued_ms_per_step", round(row.queued_ms_per_step, 3), "ms"),
          Evidence("share_of_step", round(100 * share, 1), "%")])
-
-
-RULES: tuple[Callable[[RunResult, CapAdvice | None], Finding | None], ...] = (
-    bucket_cap_too_large, latency_bound, exposed_tail, straggler, no_overlap, host_bound,
-    dataloader, grad_accum_opportunity, tp_exposed, a2a_imbalance, comm_queued)
-
-
-#: A finding that names the cause makes a vaguer one about the same run redundant: with
-#: blocking collectives every reduction runs after backward, so the last one's tail is a
-#: symptom of the blocking, not of the last bucket's size.
-SUPERSEDES = {"bucket_cap_too_large": ("no_overlap",), "no_overlap": ("exposed_tail",)}
-
-
-def findings(runs: list[RunResult], advice: dict[str, CapAdvice] | None = None
-             ) -> list[Finding]:
-    """Every rule on every run, ranked by estimated gain, else by what it costs now."""
-    found = []
-    for run in runs:
-        mine = [f for rule in RULES if (f := rule(run, (advice or {}).get(run.name)))]
-        superseded = {code for f in mine for code in SUPERSEDES.get(f.code, ())}
-        found += [f for f in mine if f.code not in superseded]
-    return sorted(found, key=lambda f: (-f.impact_pct, SEVERITY_ORDER[f.severity], f.run,
-                                        f.code))
