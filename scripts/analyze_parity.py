@@ -78,7 +78,7 @@ def main() -> int:
                     continue
                 (out / side / name).unlink(missing_ok=True)
                 problem = analyze(code, folder, MODES[mode], out / side / name)
-                documents.append((out / side / name).read_text() if not problem else problem)
+                documents.append(problem if problem else (out / side / name).read_text())
             if documents[0] == documents[1]:
                 print(f"same     {mode:13} {folder}")
                 continue

@@ -19,6 +19,7 @@ from ..graph.model import CycleError, StepGraph
 from ..graph.whatif import Edit, overlap_pct
 from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
 from ..metrics.cost import CostModel
+from ..metrics.middle import middle_index
 from ..options import check_rank_edits
 from ..trace.discover import discover
 from ..variants import VariantInfo, variant_info
@@ -129,7 +130,7 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
         step.set_level(model, world, backend, run_level)
         step.set_gradients(manifest.buckets, grad_accum, notes)
     if median_step_only:
-        steps = [sorted(steps, key=lambda s: s.recorded_us)[(len(steps) - 1) // 2]]
+        steps = [sorted(steps, key=lambda s: s.recorded_us)[middle_index(len(steps))]]
     ratio = _overhead(manifest, notes)
     notes.append(_scope(info, variant, bool(sizes_mb)))
     sharded = info is not None and info.sharded

@@ -129,7 +129,8 @@ def variant_info(name: str | None) -> VariantInfo | None:
 
 def variant_class(name: str) -> type[DataParallel]:
     info = VARIANTS[name]
-    result: type[DataParallel] = getattr(importlib.import_module(f"{__name__}.{info.module}"), info.class_name)
+    module = importlib.import_module(f"{__name__}.{info.module}")
+    result: type[DataParallel] = getattr(module, info.class_name)
     return result
 
 
