@@ -3,13 +3,20 @@ the one definition they now share, held by a case on which the two used to disag
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
+import trace_builders as tb
 from trace_builders import gloo_reduce, grad, span, step, write_trace
 
 from ddpprof.analysis import AnalysisOptions, analyze_run
+from ddpprof.graph.build import join_steps
+from ddpprof.graph.contended import Tax
+from ddpprof.graph.edit import WorldSize
+from ddpprof.metrics.cost import CostModel
 from ddpprof.metrics.middle import middle_index
+from ddpprof.simulate.steps import Step
 from ddpprof.trace.discover import discover
 
 STEP_US = 1000.0
@@ -53,3 +60,26 @@ def test_the_middle_of_a_count():
     assert [middle_index(n) for n in (1, 2, 3, 4, 5)] == [0, 1, 1, 2, 2]
     with pytest.raises(ValueError):
         middle_index(0)
+
+
+def test_a_step_is_never_changed_and_its_replays_are_remembered_by_their_model(tmp_path):
+    """``tb.two_buckets`` (two 100,000-byte all-reduces on 2 ranks, 100 µs each) replayed at
+    4 ranks under two cost models: bandwidth-bound (α = 0: a call's time grows with its
+    traffic, 1.5x from 2 ranks to 4) and latency-bound (α = 1 ms: 1100 µs to 1150 µs), so
+    the two replays differ. The replay used to be remembered by its edits and world size
+    alone: the second model got the first's answer."""
+    tb.two_buckets(tmp_path / "run")
+    run = analyze_run(discover([tmp_path / "run"])[0],
+                      AnalysisOptions(step_graphs=True, jobs=1))[0]
+    graph = join_steps({r.rank: r.graph_steps or [] for r in run.ranks})[0][0]
+    notes: list[str] = []
+    bandwidth, latency = CostModel(0.0, 1000.0, None, 0), CostModel(1000.0, 1000.0, None, 0)
+    step = Step.of(graph, Tax.none()).ready(bandwidth, 2, "gloo", 1.0, None, 1, notes)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        step.level = 2.0  # type: ignore[misc]
+    four = WorldSize(4, 2, False)
+    by_bandwidth = step.replay((), None, four, bandwidth, "gloo")
+    by_latency = step.replay((), None, four, latency, "gloo")
+    assert by_bandwidth is not None and by_latency is not None
+    assert by_bandwidth.step_us != by_latency.step_us
+    assert step.replay((), None, four, bandwidth, "gloo") is by_bandwidth     # remembered

@@ -126,9 +126,8 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
         steps = [Step.of(g, tax) for g in graphs]
     run_level = _level(steps, model, world, backend)
     grad_accum = (config.grad_accum if config else None) or 1
-    for step in steps:
-        step.set_level(model, world, backend, run_level)
-        step.set_gradients(manifest.buckets, grad_accum, notes)
+    steps = [s.ready(model, world, backend, run_level, manifest.buckets, grad_accum, notes)
+             for s in steps]
     if median_step_only:
         steps = [sorted(steps, key=lambda s: s.recorded_us)[middle_index(len(steps))]]
     ratio = _overhead(manifest, notes)
