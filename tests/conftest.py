@@ -8,13 +8,23 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+#: pytest-xdist's workers set COLUMNS=80 and LINES=24 in their environment: the CLI, as CI runs
+#: it (output to a pipe, no terminal), sees neither; a test that wants a width says so.
+_TERMINAL = ("COLUMNS", "LINES")
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_terminal_size(monkeypatch):
+    for name in _TERMINAL:
+        monkeypatch.delenv(name, raising=False)
 
 
 def run_ddpprof(*args: str, cwd: Path | None = None, env: dict | None = None,
                 timeout: float = 300) -> subprocess.CompletedProcess:
     """The CLI as a user runs it: a separate process, output captured."""
     return subprocess.run([sys.executable, "-m", "ddpprof.cli", *args], cwd=cwd,
-                          env={**os.environ, "CI": "true", **(env or {})}, capture_output=True,
+                          env={**{k: v for k, v in os.environ.items() if k not in _TERMINAL},
+                               "CI": "true", **(env or {})}, capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -5,7 +5,8 @@ each share against its own definition: idle is measured as the gaps in the windo
 what the other shares leave.
 
 Only the cases whose rules are short are covered: CPU traces, and GPU traces with at most one
-ProfilerStep and without host collectives (every event with a stream is analyzed);
+ProfilerStep and without host collectives (every device record with a stream is analyzed; a
+host record is never a device event, whatever its arguments say);
 :func:`reference_shares` returns None for the rest.
 """
 
@@ -28,6 +29,12 @@ OTHER_KERNEL = re.compile(r"Memcpy|^Memset|Sync")
 COMM_KERNEL = re.compile(r"^nccl.*Kernel|^rccl|deep_ep::|nvshmem|cross_device_reduce_(1|2)stage"
                          r"|mscclpp|^hcom_|^hccl")
 DEVICE_CATEGORIES = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset"}
+#: What the host records (docs/metrics.md): ops, annotations, runtime and driver calls, Python
+#: functions. A ``stream`` in their arguments is launch metadata (torch.compile's Triton
+#: launches carry one), not a place on the device.
+HOST_RECORDS = {"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function",
+                "cpu_instant_event", "overhead", "external_correlation", "Operator", "Runtime",
+                "Python", "Trace", "Python function", None}
 HOST_BACKEND_SPAN = re.compile(r"^(gloo|mpi):")
 
 
@@ -84,6 +91,9 @@ def _events(path: Path) -> list[dict]:
 
 
 def _stream(event: dict) -> int | None:
+    """A device record's stream (None for a host record, whatever its arguments)."""
+    if event.get("cat") in HOST_RECORDS:
+        return None
     stream = (event.get("args") or {}).get("stream")
     return stream if isinstance(stream, int) and stream >= 0 else None
 
@@ -106,8 +116,7 @@ def reference_shares(path: Path, keep_last_step: bool = False) -> dict[str, floa
         return _device_shares(events, spans, device)
     if len(steps) >= 2 and not keep_last_step:
         steps = [s for s in steps if s[0] != steps[-1][0]]
-    host = [i for i, e in enumerate(events) if e.get("cat") in HOST_CATEGORIES
-            and _stream(e) is None]
+    host = [i for i, e in enumerate(events) if e.get("cat") in HOST_CATEGORIES]
     if steps:
         window = union([spans[i] for _, i in steps])
     else:
@@ -133,7 +142,7 @@ def reference_shares(path: Path, keep_last_step: bool = False) -> dict[str, floa
 
 def _device_shares(events: list[dict], spans: Spans, device: list[int]
                    ) -> dict[str, float | None]:
-    """HTA's GPU definitions without a step filter: every event with a stream."""
+    """The GPU definitions without a step filter: every device record with a stream."""
     names = {i: str(events[i].get("name")) for i in device}
     comm = [spans[i] for i in device if COMM_KERNEL.search(names[i])]
     compute = [spans[i] for i in device if not COMM_KERNEL.search(names[i])

@@ -10,7 +10,8 @@ import pytest
 
 CASES = {
     "unknown variant": (["--variant", "simple_ddp,fancy_ddp"],
-                        "Invalid value for '--variant': 'fancy_ddp' is not one of 'single',"),
+                        "Invalid value for '--variant': 'fancy_ddp' is not a variant; `ddpprof "
+                        "variants` lists them"),
     "empty variant list": (["--variant", ""], "Invalid value for '--variant': '': expected"),
     "empty model list": (["--model", ","], "Invalid value for '--model': ',': expected"),
     "control character in a name": (["--name", "a\nb"], "must not hold control characters"),
@@ -27,7 +28,8 @@ CASES = {
                             "Invalid value for '--bucket-cap-mib': '0' is not > 0"),
     "non-positive bucket, old spelling": (["--bucket-cap-mb", "1,0"],
                                           "Invalid value for '--bucket-cap-mib': '0' is not > 0"),
-    "bad option value": (["--nproc", "two"], "'two' is not a valid integer"),
+    "bad option value": (["--nproc", "two"],
+                         "Invalid value for '--nproc': 'two' is not a whole number (digits 0-9)"),
     "missing data file": (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such data file"),
     "not a checkpoint": (["--model-path", "."], "not a Hugging Face checkpoint folder"),
     "sequence longer than the model": (["--model", "smollm2-tiny", "--seq-len", "4096"],

@@ -128,21 +128,6 @@ class OverlapTax(msgspec.Struct, frozen=True):
         row = self.row(side, work_class)
         return row.tax_pct if row is not None else None
 
-    def describe(self) -> str:
-        """``compute +22% (0 to 41), communication +332% (254 to 474)``: the pooled taxes and
-        their 95% intervals."""
-        parts = []
-        for side in ("compute", "communication"):
-            row = self.row(side)
-            if row is None or row.tax_pct is None:
-                parts.append(f"{side} n/a")
-            elif row.low_pct is None or row.high_pct is None:
-                parts.append(f"{side} {row.tax_pct:+.0f}% (no interval)")
-            else:
-                parts.append(f"{side} {row.tax_pct:+.0f}% ({row.low_pct:.0f} to "
-                             f"{row.high_pct:.0f})")
-        return ", ".join(parts)
-
 
 def overlap_tax(ranks: list[tuple[RankTaxSamples, CollectiveCalls, np.ndarray]],
                 backend: str | None = None) -> OverlapTax:

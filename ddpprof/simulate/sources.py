@@ -76,13 +76,18 @@ def cost_model(run_path: Path, transfers: Callable[[], list[Transfer]], world: i
         _check_calibration(calibration, path, world, backend, notes)
         return calibration.cost_model(f"calibration {path}"), calibration
     folder = Path(run_path) if Path(run_path).is_dir() else Path(run_path).parent
+    passed_over = []
     for candidate in (folder / CALIBRATION_NAME, folder.parent / CALIBRATION_NAME):
         if not candidate.is_file():
             continue
         calibration = read_calibration(candidate)
-        if usable(calibration) is None and _same_backend(calibration.backend, backend):
+        unusable = usable(calibration)
+        if unusable is None and _same_backend(calibration.backend, backend):
             _check_calibration(calibration, candidate, world, backend, notes)
             return calibration.cost_model(f"calibration {candidate}"), calibration
+        passed_over.append(f"{candidate} ({unusable})" if unusable is not None else
+                           f"{candidate} (measured with {calibration.backend}, the run used "
+                           f"{backend})")
     samples = [(traffic_bytes(t.kind, t.size_bytes, world, backend), t.time_us)
                for t in transfers() if t.size_bytes and t.time_us > 0]
     problem = ("the trace's collectives record no message sizes" if not samples else "")
@@ -101,8 +106,10 @@ def cost_model(run_path: Path, transfers: Callable[[], list[Transfer]], world: i
     if costs.fallback is not None:
         notes.append(f"cost model: {problem}; {costs.fallback.source}")
         return costs.fallback, None
-    raise UsageError(f"no cost model: {problem}, and no calibration.json beside the run "
-                     "(ddpprof calibrate where it ran, or --latency-us and --bandwidth-gbps)")
+    beside = (f"the calibration beside the run is passed over: {'; '.join(passed_over)}"
+              if passed_over else "no calibration.json beside the run")
+    raise UsageError(f"no cost model: {problem}, and {beside} (ddpprof calibrate where it "
+                     "ran, or --latency-us and --bandwidth-gbps)")
 
 
 def _same_backend(calibrated: str | None, run: str | None) -> bool:
