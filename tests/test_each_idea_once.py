@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tokenize
+from pathlib import Path
 
 import pytest
 import trace_builders as tb
@@ -20,6 +22,7 @@ from ddpprof.simulate.steps import Step
 from ddpprof.trace.discover import discover
 
 STEP_US = 1000.0
+PACKAGE = Path(__file__).resolve().parent.parent / "ddpprof"
 
 
 def _numbered_steps(folder, steps: int):
@@ -83,3 +86,27 @@ def test_a_step_is_never_changed_and_its_replays_are_remembered_by_their_model(t
     assert by_bandwidth is not None and by_latency is not None
     assert by_bandwidth.step_us != by_latency.step_us
     assert step.replay((), None, four, bandwidth, "gloo") is by_bandwidth     # remembered
+
+
+#: The code that still names the bucket cap ``bucket_cap_mb`` (names, not strings): run.json's
+#: ``config.bucket_cap_mb`` (``RunConfig``'s field, which the analyze JSON's ``profile.config``
+#: carries too) and its readers, older documents' keys read back (``analysis_document``,
+#: ``simulate.output``'s version 1, ``gate``, run.json version 2), and PyTorch DDP's own
+#: parameter (``pytorch_ddp``). Every other name of it is ``bucket_cap_mib``.
+STILL_MB = {"analysis/rows.py": 1, "analysis_document.py": 1, "commands/record.py": 1,
+            "diff/inputs.py": 1, "gate.py": 1, "manifest.py": 2, "record/config.py": 1,
+            "record/grid.py": 3, "simulate/advice.py": 1, "simulate/output.py": 2,
+            "simulate/run.py": 1, "sweep.py": 1, "variants/pytorch_ddp.py": 1}
+
+
+def test_the_bucket_cap_is_named_in_mib_in_the_code():
+    """Once ``bucket_cap_mb`` in 59 places and ``bucket_cap_mib`` in 18: a new name in MB
+    (a parameter, a field, a variable) fails here."""
+    found: dict[str, int] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        with path.open("rb") as source:
+            count = sum(t.type == tokenize.NAME and t.string == "bucket_cap_mb"
+                        for t in tokenize.tokenize(source.readline))
+        if count:
+            found[path.relative_to(PACKAGE).as_posix()] = count
+    assert found == STILL_MB
