@@ -12,12 +12,14 @@ import pytest
 import trace_builders as tb
 from trace_builders import gloo_reduce, grad, span, step, write_trace
 
-from ddpprof.analysis import AnalysisOptions, analyze_run
+from ddpprof.analysis import AnalysisOptions, analyze_paths, analyze_run, run_row
 from ddpprof.graph.build import join_steps
 from ddpprof.graph.contended import Tax
 from ddpprof.graph.edit import WorldSize
 from ddpprof.metrics.cost import CostModel
 from ddpprof.metrics.middle import middle_index
+from ddpprof.metrics.registry import label_of
+from ddpprof.report.html import breakdown_figure, overlap_figure, spread_figure, step_figure
 from ddpprof.simulate.steps import Step
 from ddpprof.trace.discover import discover
 
@@ -110,3 +112,20 @@ def test_the_bucket_cap_is_named_in_mib_in_the_code():
         if count:
             found[path.relative_to(PACKAGE).as_posix()] = count
     assert found == STILL_MB
+
+
+def test_the_report_s_charts_call_each_metric_by_its_registered_label(tmp_path):
+    """The charts' legends once wrote their own labels ("compute", "non-compute", "overlap
+    %"), apart from the registry's that the report's table shows ("Compute", ...)."""
+    tb.two_buckets(tmp_path / "run")
+    analysis = analyze_paths([tmp_path / "run"], AnalysisOptions(jobs=1))
+    rows = [run_row(run) for run in analysis.runs]
+    names = {figure: [trace.name for trace in make(rows).data] for figure, make in (
+        ("step", step_figure), ("breakdown", breakdown_figure), ("overlap", overlap_figure))}
+    names["spread"] = [trace.name for trace in spread_figure(analysis.runs).data]
+    assert names == {
+        "step": [label_of("compute_pct"), label_of("exposed_comm_pct"), "Other non-compute",
+                 label_of("idle_pct")],
+        "breakdown": [label_of(k) for k in ("compute_pct", "non_compute_pct", "idle_pct")],
+        "overlap": [label_of("overlap_pct")],
+        "spread": [label_of("compute_pct"), label_of("overlap_pct")]}

@@ -25,7 +25,7 @@ from ..analysis.rows import (
     peak_memory_mib,
 )
 from ..findings import Finding
-from ..metrics.registry import METRICS, metric
+from ..metrics.registry import METRICS, label_of, metric
 from ..units import MIB
 from ..variants import variant_info
 from . import console
@@ -56,11 +56,11 @@ def step_figure(rows: list[RunRow]) -> go.Figure:
     idle. The parts add up to the step."""
     names = [r.run for r in rows]
     parts: tuple[tuple[str, Callable[[RankMetrics], float], str], ...] = (
-             ("compute", lambda m: m.compute_pct, COLORS["compute"]),
-             ("exposed communication", lambda m: m.exposed_comm_pct, COLORS["comm"]),
-             ("other non-compute", lambda m: max(m.non_compute_pct - m.exposed_comm_pct, 0.0),
+             (label_of("compute_pct"), lambda m: m.compute_pct, COLORS["compute"]),
+             (label_of("exposed_comm_pct"), lambda m: m.exposed_comm_pct, COLORS["comm"]),
+             ("Other non-compute", lambda m: max(m.non_compute_pct - m.exposed_comm_pct, 0.0),
               COLORS["non_compute"]),
-             ("idle", lambda m: m.idle_pct, COLORS["idle"]))
+             (label_of("idle_pct"), lambda m: m.idle_pct, COLORS["idle"]))
     fig = go.Figure([go.Bar(
         name=label, y=names, orientation="h", marker_color=color,
         x=rounded([r.metrics.step_ms * share(r.metrics) / 100 for r in rows]),
@@ -73,11 +73,10 @@ def step_figure(rows: list[RunRow]) -> go.Figure:
 def breakdown_figure(rows: list[RunRow]) -> go.Figure:
     names = [r.run for r in rows]
     fig = go.Figure([
-        go.Bar(name=label, x=names, y=[getattr(r.metrics, key) for r in rows],
+        go.Bar(name=label_of(key), x=names, y=[getattr(r.metrics, key) for r in rows],
                marker_color=COLORS[color])
-        for key, label, color in (("compute_pct", "compute", "compute"),
-                                  ("non_compute_pct", "non-compute", "non_compute"),
-                                  ("idle_pct", "idle", "idle"))])
+        for key, color in (("compute_pct", "compute"), ("non_compute_pct", "non_compute"),
+                           ("idle_pct", "idle"))])
     return layout(fig, "Where the time goes (% of the window, mean over ranks)",
                    barmode="stack", yaxis_title="%")
 
@@ -86,7 +85,7 @@ def overlap_figure(rows: list[RunRow]) -> go.Figure:
     fig = go.Figure([go.Bar(x=[r.run for r in rows],
                             y=[r.metrics.overlap_pct for r in rows], marker_color=COLORS["comm"],
                             text=[format_cell(r.metrics.overlap_pct) for r in rows],
-                            textposition="outside", name="overlap")])
+                            textposition="outside", name=label_of("overlap_pct"))])
     return layout(fig, "Communication overlapped by compute (%)", yaxis_title="%",
                    yaxis_range=[0, 105])
 
@@ -140,7 +139,8 @@ def bandwidth_figure(rows: list[RunRow]) -> go.Figure:
 def spread_figure(runs: list[RunResult]) -> go.Figure:
     """Every rank as a point, per run: a straggler stands apart from its run's cloud."""
     fig = go.Figure()
-    for share, label in (("compute_pct", "compute %"), ("overlap_pct", "overlap %")):
+    for share in ("compute_pct", "overlap_pct"):
+        label = label_of(share)
         xs, ys, texts = [], [], []
         for run in runs:
             for rank in run.ranks:
