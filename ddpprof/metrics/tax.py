@@ -36,12 +36,11 @@ import msgspec
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ..errors import UsageError
 from ..processes import usable_cores
 from ..units import KIB, MIB
 from . import intervals as iv
 from .comm import CollectiveCalls
-from .cost import fit_cost, traffic_bytes
+from .cost import FitError, fit_cost, traffic_bytes
 from .tax_fit import Fit, Samples, row_ids
 
 #: Work classes of the compute tax, in ``classify.work_class``'s order.
@@ -293,7 +292,7 @@ def _alone_time(traffic: np.ndarray, time: np.ndarray, alone: np.ndarray
     try:
         model = fit_cost(traffic[alone], time[alone], "alone")
         return model.alpha_us + traffic / model.beta_bytes_per_us
-    except UsageError:
+    except FitError:
         return traffic * float(time[alone].sum() / traffic[alone].sum())
 
 

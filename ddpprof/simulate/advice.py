@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..metrics.comm import BUS_FACTOR
-from ..metrics.cost import CostModel, fit_cost, traffic_bytes
+from ..metrics.cost import CostModel, FitError, fit_cost, traffic_bytes
 
 if TYPE_CHECKING:
     from ..analysis.results import RunResult
@@ -87,7 +87,7 @@ def _fitted_only(run: RunResult, fallback_cost: CostModel | None) -> CapAdvice |
     try:
         cost = fit_cost(np.array([t for t, _ in samples], dtype=float),
                         np.array([u for _, u in samples]), "fit over the run's transfers")
-    except UsageError:
+    except FitError:
         if fallback_cost is None:
             return None
         cost = fallback_cost
@@ -129,7 +129,7 @@ def pooled_cost(runs: list[RunResult]) -> dict[ModelKey, CostModel]:
                                    np.array([t for _, t in pairs]),
                                    f"fit over the {len(pairs)} all-reduces of the runs "
                                    "analyzed together")
-        except UsageError:
+        except FitError:
             continue
     return pooled
 
