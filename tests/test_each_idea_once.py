@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import trace_builders as tb
-from trace_builders import gloo_reduce, grad, span, step, write_trace
+from trace_builders import analyze_one, gloo_reduce, grad, kernel, launch, span, step, write_trace
 
 from ddpprof.analysis import AnalysisOptions, analyze_paths, analyze_run, run_row
 from ddpprof.graph.build import join_steps
@@ -22,6 +22,7 @@ from ddpprof.metrics.registry import label_of
 from ddpprof.report.html import breakdown_figure, overlap_figure, spread_figure, step_figure
 from ddpprof.simulate.steps import Step
 from ddpprof.trace.discover import discover
+from ddpprof.trace.loader import load
 
 STEP_US = 1000.0
 PACKAGE = Path(__file__).resolve().parent.parent / "ddpprof"
@@ -129,3 +130,24 @@ def test_the_report_s_charts_call_each_metric_by_its_registered_label(tmp_path):
         "breakdown": [label_of(k) for k in ("compute_pct", "non_compute_pct", "idle_pct")],
         "overlap": [label_of("overlap_pct")],
         "spread": [label_of("compute_pct"), label_of("overlap_pct")]}
+
+
+def test_gpu_and_cpu_traces_analyze_the_same_steps_up_to_the_last_one(tmp_path):
+    """Three ProfilerSteps (0-100, 100-200, 200-300 µs), the last dropped: both kinds of trace
+    analyze steps 0 and 1 (``LastStep.analyzed``, the one selection), and work that starts
+    exactly where the last step starts is not analyzed. GPU: kernels launched at 10, 100 and
+    200 µs (20 µs, 30 µs and 40 µs long): 50 µs of compute, the third kernel's launch being
+    the last step's first instant. CPU: the same ops on the host (10-30, 100-130, 200-240):
+    50 µs too."""
+    steps = [step(0, 0, 100), step(1, 100, 200), step(2, 200, 300)]
+    gpu = [*steps, launch(10, 1), launch(100, 2), launch(200, 3), kernel("sgemm", 15, 35, 1),
+           kernel("sgemm", 105, 135, 2), kernel("sgemm", 205, 245, 3)]
+    cpu = [*steps, span("aten::mm", 10, 30), span("aten::mm", 100, 130),
+           span("aten::mm", 200, 240)]
+    results = {kind: analyze_one(load(write_trace(tmp_path / f"{kind}.json", events,
+                                                  backend=backend)), per_step=True)
+               for kind, events, backend in (("gpu", gpu, "nccl"), ("cpu", cpu, "gloo"))}
+    for kind, result in results.items():
+        assert result.kind == kind
+        assert [row.step for row in result.per_step] == ["ProfilerStep#0", "ProfilerStep#1"]
+        assert result.breakdown.compute_us == 50
