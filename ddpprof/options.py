@@ -243,7 +243,6 @@ class WhatIf(ParamType):
 def check_rank_edits(edits: Iterable[Edit], ranks: Iterable[int], where: str) -> None:
     """A ``UsageError`` naming the ranks ``where`` (a run) has, for a ``--rank-delay`` of
     another."""
-
     there = set(ranks)
     for edit in edits:
         if edit.kind == "rank-delay" and int(edit.target) not in there:

@@ -85,7 +85,7 @@ def fit_cost(traffic: np.ndarray, times_us: np.ndarray, source: str) -> CostMode
     sizes at least, and time growing with size (else :class:`FitError`)."""
     if traffic.size < 2 or np.unique(traffic).size < 2:
         raise FitError("the collectives have a single size, so latency and bandwidth cannot "
-                         "be told apart")
+                       "be told apart")
     weight = 1 / times_us
     design = np.stack([weight, traffic * weight], axis=1)
     (alpha, inverse_beta), *_ = np.linalg.lstsq(design, np.ones_like(times_us), rcond=None)
@@ -94,7 +94,7 @@ def fit_cost(traffic: np.ndarray, times_us: np.ndarray, source: str) -> CostMode
         alpha, inverse_beta = 0.0, float(ratio.sum() / (ratio ** 2).sum())
     if inverse_beta <= 0:
         raise FitError("the collectives do not get slower with size (the fitted bandwidth is "
-                         "not positive)")
+                       "not positive)")
     predicted = alpha + traffic * inverse_beta
     spread = float(np.sum((times_us - times_us.mean()) ** 2))
     r2 = 1 - float(np.sum((times_us - predicted) ** 2)) / spread if spread > 0 else None
