@@ -190,15 +190,15 @@ def main() -> None:
                                       allow_sweep=False)
             own_cores = simulate_run(source, [args.world3_cap], [3], allow_sweep=False,
                                      shared_cores=0)
-            predicted = {(p.world_size, p.bucket_cap_mb): p for p in simulation.predictions}
+            predicted = {(p.world_size, p.bucket_cap_mib): p for p in simulation.predictions}
             own = predicted[(2, caps[0])]
             rebucketed = predicted[(2, caps[0] * own_marker)]
             errors["own_cap_rebucketed"].append(
                 abs(100 * (rebucketed.step_ms - own.step_ms) / own.step_ms))
             own_measured = read_manifest(source / "run.json").throughput.median_step_s * 1e3
             errors["own_against_its_run"].append(abs(100 * (own.step_ms / own_measured - 1)))
-            apart = {p.world_size: p for p in own_cores.predictions if p.bucket_cap_mb ==
-                      args.world3_cap or p.bucket_cap_mb is None}
+            apart = {p.world_size: p for p in own_cores.predictions if p.bucket_cap_mib ==
+                      args.world3_cap or p.bucket_cap_mib is None}
             ranking = []
             for (world, cap), target in truth.items():
                 point = predicted.get((world, cap))

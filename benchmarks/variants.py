@@ -38,7 +38,7 @@ def main() -> None:
             for variant in order:
                 config = RunConfig(model=args.model, nproc=args.nproc, steps=args.steps,
                                    global_batch=args.global_batch,
-                                   bucket_cap_mb=args.bucket_cap_mb)
+                                   bucket_cap_mib=args.bucket_cap_mb)
                 [outcome] = record(Recording([variant], config, out=Path(out) / f"rep{repeat}",
                                              quiet=True))
                 if outcome.status != "complete" or outcome.manifest.throughput is None:

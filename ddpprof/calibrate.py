@@ -37,7 +37,7 @@ from .errors import Interrupted, RunFailed, UsageError, describe_os_error, signa
 from .json_input import read_json_bytes
 from .manifest import Owner, now_iso, owner_is_gone, validation_problem
 from .metrics.comm import BUS_FACTOR
-from .metrics.cost import CostModel, fit_cost, measured_curve, traffic_bytes
+from .metrics.cost import CostModel, FitError, fit_cost, measured_curve, traffic_bytes
 from .metrics.tax import OverlapTax
 from .options import MAX_BANDWIDTH_GBPS, MAX_LATENCY_US, MAX_RANKS, MIN_BANDWIDTH_GBPS
 from .record.config import Launch
@@ -180,8 +180,12 @@ def summarize(result: SweepResult, sizes: list[int]) -> tuple[list[SweepPoint], 
     points = summarize_points(result, sizes)
     import numpy as np
 
-    cost = fit_cost(np.array([traffic_bytes("all_reduce", p.size_bytes, n) for p in points]),
-                    np.array([p.time_us for p in points]), "sweep")
+    try:
+        cost = fit_cost(np.array([traffic_bytes("all_reduce", p.size_bytes, n)
+                                  for p in points]), np.array([p.time_us for p in points]),
+                        "sweep")
+    except FitError as error:
+        raise UsageError(str(error)) from None
     return points, Fit(alpha_us=cost.alpha_us, beta_busbw_gbps=cost.beta_bytes_per_us / 1e3,
                        r2=cost.r2)
 

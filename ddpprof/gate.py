@@ -31,6 +31,7 @@ import math
 import operator
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,8 @@ from .analysis_document import analyzed_runs
 from .errors import UsageError
 from .json_input import read_json_bytes
 from .metrics.registry import RENAMED, suggestion
-from .options import ascii_whole, ranks_text
+from .numbers import ascii_whole
+from .options import ranks_text
 from .report.table import Column, counted
 
 if TYPE_CHECKING:
@@ -49,8 +51,8 @@ if TYPE_CHECKING:
 DEFAULT_RULE = "overlap_pct >= baseline - 2"
 #: Statuses a run may have and still be gated; None: no run.json (a foreign trace).
 GATEABLE_STATUSES = ("complete", None)
-_OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
-              "==": operator.eq}
+_OPERATORS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _METRIC = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_]+)?(?:\[[^\]]*\])?"
 _RULE = re.compile(rf"^\s*(?P<metric>{_METRIC})\s*(?P<op>>=|<=|==|>|<)\s*"

@@ -40,6 +40,7 @@ import json
 import os
 import re
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -446,7 +447,6 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def now_iso() -> str:
-    from datetime import UTC, datetime
 
     return datetime.now(UTC).isoformat(timespec="seconds")
 

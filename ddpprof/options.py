@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
+from .errors import UsageError
 from .numbers import ascii_decimal, ascii_whole
 from .units import GIB, KIB, MIB
 
@@ -242,8 +243,6 @@ class WhatIf(ParamType):
 def check_rank_edits(edits: Iterable[Edit], ranks: Iterable[int], where: str) -> None:
     """A ``UsageError`` naming the ranks ``where`` (a run) has, for a ``--rank-delay`` of
     another."""
-    from .errors import UsageError
-
     there = set(ranks)
     for edit in edits:
         if edit.kind == "rank-delay" and int(edit.target) not in there:

@@ -28,7 +28,8 @@ def compile_user(pattern: str, option: str) -> Matcher:
     options = re2.Options()
     options.log_errors = False      # its reason goes in our one line, not to stderr
     try:
-        return re2.compile(pattern, options)
+        result: Matcher = re2.compile(pattern, options)
+        return result
     except re2.error as error:
         reason = error.args[0] if error.args else error
         if isinstance(reason, bytes):

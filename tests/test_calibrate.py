@@ -52,6 +52,10 @@ def test_summary_by_hand():
     four = msgspec.structs.replace(result, world_size=4)
     assert summarize(four, [1000, 3000])[0][1].busbw_gbps == pytest.approx(
         3000 / 400 / 1e3 * 1.5)
+    # a sweep whose time does not grow with size: the CLI's one line (exit 2)
+    flat = msgspec.structs.replace(result, times_us=[[400.0], [200.0]])
+    with pytest.raises(UsageError, match="do not get slower with size"):
+        summarize(flat, [1000, 3000])
 
 
 def test_read_and_judge_calibration_files(tmp_path):

@@ -97,7 +97,7 @@ def test_bucket_cap_too_large(tmp_path):
         finding.message
     # with the simulator's prediction, the cap it names and its gain
     advice = CapAdvice(half_bandwidth_bytes=None,
-                       replay=CapReplay(current_cap_mb=25, best_cap_mb=1, current_step_ms=10,
+                       replay=CapReplay(current_cap_mib=25, best_cap_mib=1, current_step_ms=10,
                                         best_step_ms=8))
     advised = codes(tmp_path / "late", advice)["bucket_cap_too_large"]
     assert "--bucket-cap-mib 1 " in advised.message

@@ -124,7 +124,7 @@ def test_the_headline_now_is_the_tables_step_and_a_run_gets_the_same_advice_by_a
 
     folder = cpu_run(tmp_path / "late", lambda b, r: backward(b, late_launch=True), ranks=2,
                      manifest=RECORDED)
-    advice = CapAdvice(None, CapReplay(current_cap_mb=25, best_cap_mb=1, current_step_ms=10,
+    advice = CapAdvice(None, CapReplay(current_cap_mib=25, best_cap_mib=1, current_step_ms=10,
                                        best_step_ms=8))
     told = {}
     for name, paths in (("folder", [folder]), ("files", sorted(folder.glob("rank*.json")))):

@@ -51,7 +51,7 @@ def test_edits_are_answered_without_a_cost_model():
 def test_a_bucket_cap_needs_a_bucketed_variant():
     simulation = simulate_run(REAL / "tracelens-mi300-ddp-resnet", [1.0, 25.0], [])
     assert any(n.startswith("--bucket-cap-mib: not applied") for n in simulation.notes)
-    assert {p.bucket_cap_mb for p in simulation.predictions} == {None}
+    assert {p.bucket_cap_mib for p in simulation.predictions} == {None}
 
 
 def test_other_world_sizes_from_the_traces_own_collectives():

@@ -1,6 +1,7 @@
 """The type checker CI runs (``mypy``, configured in ``pyproject.toml``) catches the mistakes
 typed results exist to catch: a misspelt attribute of a row, a dict passed where a typed row
-is expected, an optional value used as if it were always there, an unannotated function.
+is expected, an optional value used as if it were always there, an unannotated function, a
+value of type ``Any`` returned as a typed one (``strict = true``).
 
 Slow: it runs mypy, which reads ddpprof's modules and numpy's stubs (about 10 s once
 ``scripts/test.sh`` has run mypy on the package and left its cache, a minute or more without).
@@ -36,6 +37,11 @@ def doubled(row: RunRow) -> float:
 
 def untyped(row):                                                   # line 18: no annotations
     return row
+
+
+def loaded(text: str) -> dict[str, int]:
+    import json
+    return json.loads(text)                                         # line 24: Any, as typed
 '''
 
 
@@ -50,4 +56,4 @@ def test_mypy_rejects_wrong_rows(tmp_path):
     found = {(int(line), code) for line, code in re.findall(
         r"wrong_rows\.py:(\d+): error: .*\[([a-z-]+)\]$", result.stdout, re.MULTILINE)}
     assert found == {(7, "attr-defined"), (11, "list-item"), (15, "operator"),
-                     (18, "no-untyped-def")}, result.stdout
+                     (18, "no-untyped-def"), (24, "no-any-return")}, result.stdout

@@ -54,19 +54,19 @@ def _mlp() -> nn.Module:
     return build_model("mlp-tiny")[0]
 
 
-def _build(variant: str, make, rank: int, bucket_cap_mb: float):
+def _build(variant: str, make, rank: int, bucket_cap_mib: float):
     # Ranks start from different weights: the variant's broadcast has to make them agree.
     torch.manual_seed(rank)
     module = make()
     if make is not _mlp and VARIANTS[variant].ddp_options:
-        return variant_class(variant)(module, bucket_cap_mb=bucket_cap_mb,
+        return variant_class(variant)(module, bucket_cap_mib=bucket_cap_mib,
                                       find_unused_parameters=True)
-    return make_variant(variant, module, bucket_cap_mb=bucket_cap_mb)
+    return make_variant(variant, module, bucket_cap_mib=bucket_cap_mib)
 
 
 def _train(variant: str, make, grad_accum: int, rank: int, world_size: int,
-           bucket_cap_mb: float = 25.0):
-    model = _build(variant, make, rank, bucket_cap_mb)
+           bucket_cap_mib: float = 25.0):
+    model = _build(variant, make, rank, bucket_cap_mib)
     optimizer = model.make_optimizer(torch.optim.AdamW, **ADAMW)
     data = SyntheticImages(n_samples=64)
     train(model, optimizer, data, steps=STEPS, global_batch=GLOBAL_BATCH,
@@ -247,7 +247,7 @@ def test_buckets_launch_in_index_order_whatever_the_hook_order(tmp_path, monkeyp
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0,
                             world_size=1)
     try:
-        model = BucketDDPAsync(build_model("mlp-tiny")[0], bucket_cap_mb=0.005)
+        model = BucketDDPAsync(build_model("mlp-tiny")[0], bucket_cap_mib=0.005)
         assert len(model.bucket_buffers) >= 3
         launched: list[int] = []
         real_all_reduce = dist.all_reduce
@@ -310,7 +310,7 @@ def test_zero2_keeps_only_the_shard_of_the_gradients(tmp_path, variant, keeps_fu
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0,
                             world_size=1)
     try:
-        model = make_variant(variant, build_model("mlp-tiny")[0], bucket_cap_mb=0.005)
+        model = make_variant(variant, build_model("mlp-tiny")[0], bucket_cap_mib=0.005)
         assert len(model.shards) >= 3
         optimizer = model.make_optimizer(torch.optim.AdamW)
         batch = SyntheticImages(n_samples=8).global_batch(0, 8)

@@ -67,7 +67,8 @@ def llama_parameter_count(config: dict[str, Any]) -> int:
         mlp += 2 * config["intermediate_size"] + hidden
     layer = attention + mlp + 2 * hidden
     head = 0 if config.get("tie_word_embeddings", True) else vocab * hidden
-    return vocab * hidden + config["num_hidden_layers"] * layer + hidden + head
+    result: int = vocab * hidden + config["num_hidden_layers"] * layer + hidden + head
+    return result
 
 
 def model_parameter_count(name: str) -> int:

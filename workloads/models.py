@@ -69,7 +69,8 @@ def build_model_skeleton(name: str, model_path: str | Path | None = None) -> nn.
 
     config = AutoConfig.from_pretrained(model_path, local_files_only=True)
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
+        result: nn.Module = AutoModelForCausalLM.from_config(config)
+        return result
 
 
 def _load_checkpoint(path: Path, name: str) -> tuple[nn.Module, ModelInfo]:
@@ -90,5 +91,6 @@ def count_parameters(model: nn.Module) -> int:
 def compute_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Cross-entropy for the MLPs; causal-LM loss (labels shifted inside the model) for LMs."""
     if "input_ids" in batch:
-        return model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+        result: torch.Tensor = model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+        return result
     return F.cross_entropy(model(batch["x"]), batch["y"])

@@ -19,6 +19,7 @@ A call's process group comes from the first source that names it:
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from ..trace import classify
 from ..trace.events import CommArgs, ProcessGroup, RankTrace
 from ..trace.structure import enclosing, innermost, launching_host_event
 
+_T = TypeVar("_T")
 SPAN_SOURCE, KIND_SOURCE = "ddpprof::group spans", "FSDP and functional-collective spans"
 #: The group of kernels found to be communication by structure whose trace names no group
 #: (a ``symm_mem::`` op records its group's name as a string argument, which Kineto drops).
@@ -84,7 +86,11 @@ def collective_calls(trace: RankTrace, index: np.ndarray, start: np.ndarray, end
         splits.append(args.in_splits)
         received.append(args.out_bytes)
     order = np.argsort(start[index], kind="stable")
-    pick = lambda values: [values[k] for k in order]  # noqa: E731
+    positions = order.tolist()
+
+    def pick(values: list[_T]) -> list[_T]:
+        return [values[k] for k in positions]
+
     stream, ready = _queue_places(trace, index, start, launcher) if with_groups else ([], [])
     return CollectiveCalls(kind=pick(kinds), start_us=start[index][order],
                            end_us=end[index][order], size_bytes=pick(sizes),

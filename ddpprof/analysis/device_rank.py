@@ -19,6 +19,7 @@ from ..metrics.breakdown import (
 )
 from ..metrics.comm import CollectiveCalls, collective_stats
 from ..metrics.groups import group_figures
+from ..metrics.middle import middle_index
 from ..trace import classify
 from ..trace.classify import Kind
 from ..trace.events import RankTrace, launch_times
@@ -176,8 +177,9 @@ class DeviceAnalysis:
                 self.trace.backend):
             return np.zeros(self.trace.n_events, dtype=bool)
         on_host = classify.per_name(self.trace, classify.runs_on_host)
-        return on_host & (self.stream < 0) & self.host_kept & classify.per_category(
+        result: np.ndarray = on_host & (self.stream < 0) & self.host_kept & classify.per_category(
             self.trace, lambda c: c in classify.HOST_WORK_CATEGORIES)
+        return result
 
     def _calls(self, events: np.ndarray) -> CollectiveCalls:
         return collective_calls(self.trace, np.flatnonzero(events), self.start, self.end,
@@ -326,15 +328,16 @@ class DeviceAnalysis:
         trace = self.trace
         if self.analyzed.size == 0:
             return None
-        middle = self.analyzed[self.analyzed.size // 2]
-        mine = self.selected & (self._launch_positions == self.analyzed.size // 2) & (
+        middle = middle_index(self.analyzed.size)
+        mine = self.selected & (self._launch_positions == middle) & (
             self.kinds == Kind.COMMUNICATION)
-        return step_buckets(trace, middle, np.flatnonzero(mine), self.start, self.end)
+        return step_buckets(trace, self.analyzed[middle], np.flatnonzero(mine), self.start,
+                            self.end)
 
     def _timeline(self, compute: iv.Intervals) -> Timeline | None:
         trace, sel = self.trace, self.selected
         if self.analyzed.size:
-            middle = self.analyzed.size // 2
+            middle = middle_index(self.analyzed.size)
             mine = sel & (self._launch_positions == middle)
             label = trace.names[trace.name_id[self.analyzed[middle]]]
         else:

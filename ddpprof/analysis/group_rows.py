@@ -103,7 +103,10 @@ def _mean(values: list[Any]) -> float | None:
 
 def group_row(group: RunGroup) -> GroupRow:
     rows = [group_rank_row(group, rank) for rank in sorted(group.per_rank)]
-    mean = lambda key: _mean([getattr(r, key) for r in rows])  # noqa: E731
+
+    def mean(key: str) -> float | None:
+        return _mean([getattr(r, key) for r in rows])
+
     where = {r.locality for r in rows}
     split = {kind: sum(r.comm_ms_per_step for r in rows if r.locality == kind) / len(rows)
              for kind in (INTRA, INTER)} if None not in where else None

@@ -13,6 +13,7 @@ from ..metrics.breakdown import (
 from ..metrics.comm import collective_stats
 from ..metrics.dispatch import tiny_op_stretches
 from ..metrics.groups import group_figures
+from ..metrics.middle import middle_index
 from ..trace import classify
 from ..trace.events import RankTrace
 from . import tax
@@ -103,7 +104,7 @@ class HostAnalysis:
         trace = self.trace
         if self.analyzed.size == 0:
             return None
-        step = self.analyzed[self.analyzed.size // 2]
+        step = self.analyzed[middle_index(self.analyzed.size)]
         s = trace.start_us
         inside = self.lanes.comm & (s >= s[step]) & (s < trace.end_us[step])
         return step_buckets(trace, step, np.flatnonzero(inside), s, trace.end_us,
@@ -112,7 +113,7 @@ class HostAnalysis:
     def _timeline(self, window: iv.Intervals) -> Timeline | None:
         trace = self.trace
         if self.analyzed.size:
-            step = self.analyzed[self.analyzed.size // 2]
+            step = self.analyzed[middle_index(self.analyzed.size)]
             lo, hi = float(trace.start_us[step]), float(trace.end_us[step])
             label = trace.names[trace.name_id[step]]
         else:

@@ -96,7 +96,8 @@ class RankParts:
 
     @property
     def step_us(self) -> np.ndarray:
-        return self.window_end_us - self.window_start_us
+        result: np.ndarray = self.window_end_us - self.window_start_us
+        return result
 
 
 class _Parts:

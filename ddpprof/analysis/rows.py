@@ -117,7 +117,10 @@ def rank_row(rank: RankResult) -> RankRow:
         collectives.setdefault(kind, CollectiveRow.of(None, steps, None))
     others = sum(s.calls for k, s in rank.collectives.items() if k not in COLUMN_KINDS)
     wait = rank.wait
-    per_step = (lambda us: us / 1e3 / steps)  # noqa: E731
+
+    def per_step(us: float) -> float:
+        return us / 1e3 / steps
+
     return RankRow(rank=rank.rank, kind=rank.kind, steps=rank.steps, metrics=RankMetrics(
         window_ms=b.window_us / 1e3, step_ms=b.window_us / 1e3 / steps,
         compute_ms=b.compute_us / 1e3,

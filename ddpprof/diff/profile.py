@@ -310,7 +310,8 @@ def profile_json(profile: RunProfile) -> dict[str, Any]:
         part_series_ms=[row[:MAX_STEPS] for row in profile.part_series_ms],
         rank_step_ms=profile.rank_step_ms if few_ranks else None,
         rank_part_ms=profile.rank_part_ms if few_ranks else None)
-    return msgspec.to_builtins(bounded, enc_hook=encode_hook)
+    result: dict[str, Any] = msgspec.to_builtins(bounded, enc_hook=encode_hook)
+    return result
 
 
 def profile_of_row(row: dict[str, Any], source: str) -> RunProfile | None:

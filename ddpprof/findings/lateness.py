@@ -188,7 +188,8 @@ def _per_step(parts: RankParts, steps: list[str], idle: bool) -> np.ndarray:
     """Per step (``steps``, by name): the op time (``idle`` False) or the idle time, ms."""
     rows = [k for k, key in enumerate(parts.parts)
             if (key == IDLE if idle else key.group == "compute")]
-    return parts.part_us[np.ix_(rows, _columns(parts, steps))].sum(axis=0) / 1e3
+    total_us: np.ndarray = parts.part_us[np.ix_(rows, _columns(parts, steps))].sum(axis=0)
+    return total_us / 1e3
 
 
 def _ops(parts: RankParts) -> dict[tuple[str, str, str], tuple[float, float]]:

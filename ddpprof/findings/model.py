@@ -59,8 +59,8 @@ class CapReplay:
     the current one (made only for a run ddpprof recorded: only there does a finding name a
     cap)."""
 
-    current_cap_mb: float | None
-    best_cap_mb: float
+    current_cap_mib: float | None
+    best_cap_mib: float
     current_step_ms: float
     best_step_ms: float
 

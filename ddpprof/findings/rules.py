@@ -80,8 +80,8 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
         return None
     total = sum(b.size_bytes or 0 for b in timeline.buckets)
     replay = advice.replay if advice is not None and not foreign(run) else None
-    if replay is not None and replay.best_cap_mb < (replay.current_cap_mb or float("inf")):
-        cap, gain = replay.best_cap_mb, replay.gain_pct
+    if replay is not None and replay.best_cap_mib < (replay.current_cap_mib or float("inf")):
+        cap, gain = replay.best_cap_mib, replay.gain_pct
         # "now" is the step the table shows (the analyzed window's), the prediction the
         # replay's gain applied to it: the replay's own step is of one unprofiled step
         now = run_row(run).metrics.step_ms
@@ -93,7 +93,7 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
         if replay is not None:   # the simulator sees no smaller cap doing better
             gain = 0.0
             basis += (f"; but ddpprof simulate predicts no gain from smaller buckets here "
-                      f"(best {replay.best_cap_mb:g} MiB): what overlaps costs as much as it "
+                      f"(best {replay.best_cap_mib:g} MiB): what overlaps costs as much as it "
                       "hides (the overlap tax)")
     remedy = (f"Make the gradient buckets smaller (DDP's bucket_cap_mb={cap:g}, or smaller "
               f"FSDP units): {basis}" if foreign(run) else f"Use --bucket-cap-mib {cap:g} "
@@ -130,8 +130,8 @@ def bucket_cap_too_small(run: RunResult, advice: CapAdvice | None) -> Finding | 
     replay = advice.replay if advice is not None and not foreign(run) else None
     cap = max(round(4 * half / MIB, 2), 0.25)
     basis = "buckets of several times the half-bandwidth size move bytes more than they wait"
-    if replay is not None and replay.best_cap_mb > (replay.current_cap_mb or float("inf")):
-        cap = replay.best_cap_mb
+    if replay is not None and replay.best_cap_mib > (replay.current_cap_mib or float("inf")):
+        cap = replay.best_cap_mib
         basis = (f"ddpprof simulate predicts {replay.best_step_ms:.1f} ms per step at {cap:g} "
                  f"MiB against {replay.current_step_ms:.1f} ms now")
     remedy = (f"Make the gradient buckets larger (DDP's bucket_cap_mb={cap:g})"

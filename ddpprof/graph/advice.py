@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..findings import Evidence, Finding
+from ..metrics.middle import middle_index
 from .contended import Tax
 from .model import CycleError, StepGraph
 from .path import COMMUNICATION, COMPUTE, HOST, WAITING, period_us, replay
@@ -26,7 +27,7 @@ SHORTENS = {"no_overlap": COMMUNICATION, "bucket_cap_too_large": COMMUNICATION,
 
 def median_step(steps: list[StepPath], run: str) -> StepPath | None:
     mine = sorted((s for s in steps if s.run == run), key=lambda s: s.step_us)
-    return mine[len(mine) // 2] if mine else None
+    return mine[middle_index(len(mine))] if mine else None
 
 
 #: The what-if replay that stands for each category's change, and how it is said.

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..analysis.calls import call_args
 from ..metrics.comm import message_bytes
+from ..metrics.middle import middle_index
 from ..metrics.waits import _match
 from ..trace import classify
 from ..trace.classify import KernelClassifier
@@ -107,7 +108,7 @@ def rank_steps(trace: RankTrace, rank: int, keep_last_step: bool = False,
     chosen = list(range(len(p.steps)))
     if at_most is not None and len(chosen) > at_most:
         chosen = [int(k) for k in np.unique(np.round(np.linspace(
-            0, len(chosen) - 1, at_most)))] if at_most > 1 else [(len(chosen) - 1) // 2]
+            0, len(chosen) - 1, at_most)))] if at_most > 1 else [middle_index(len(chosen))]
     found = []
     for position in chosen:
         number, name, lo, hi, thread = p.steps[position]

@@ -120,8 +120,9 @@ class _Clock:
         if xs.size == 0:
             return t.copy()
         inside = np.interp(t, xs, ys)
-        return np.where(t < xs[0], ys[0] + (t - xs[0]),
+        result: np.ndarray = np.where(t < xs[0], ys[0] + (t - xs[0]),
                         np.where(t > xs[-1], ys[-1] + (t - xs[-1]), inside))
+        return result
 
     def at(self, t: np.ndarray) -> np.ndarray:
         return self._map(t, self.points, self.work)

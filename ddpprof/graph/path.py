@@ -295,4 +295,5 @@ def slack(c: GraphColumns, s: Schedule) -> np.ndarray:
         if hi > lo:
             latest_end[node] = min(finish, min(
                 latest_end[targets[k]] - duration[targets[k]] - gaps[k] for k in range(lo, hi)))
-    return np.maximum(np.array(latest_end) - s.end_us, 0.0)
+    result: np.ndarray = np.maximum(np.array(latest_end) - s.end_us, 0.0)
+    return result

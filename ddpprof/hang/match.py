@@ -265,7 +265,8 @@ def _keys_from(track: Track, seq: int, count: int, by_stack: bool, predict: bool
         if back < 0:
             break
         found.append(found[back - row] if back >= row else int(keys[back]))
-    return found
+    result: list[int] = found
+    return result
 
 
 def _keys(track: Track, by_stack: bool) -> np.ndarray:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
+
+_T = TypeVar("_T")
 
 #: nccl-tests' bus-bandwidth factors (``doc/PERFORMANCE.md``): busbw = algbw × factor(n),
 #: n ranks in the collective's own group.
@@ -74,7 +77,11 @@ class CollectiveCalls:
     def subset(self, pick: np.ndarray) -> CollectiveCalls:
         """The calls at indices ``pick``, in that order."""
         pick = np.asarray(pick, dtype=np.int64)
-        take = lambda values: [values[i] for i in pick.tolist()] if values else []  # noqa: E731
+        chosen = pick.tolist()
+
+        def take(values: list[_T]) -> list[_T]:
+            return [values[i] for i in chosen] if values else []
+
         return CollectiveCalls(take(self.kind), self.start_us[pick], self.end_us[pick],
                                take(self.size_bytes), take(self.group_size), take(self.group),
                                take(self.sequence), take(self.groups), take(self.in_splits),

@@ -18,7 +18,6 @@ from functools import cached_property
 
 import numpy as np
 
-from ..errors import UsageError
 from .comm import BUS_FACTOR
 
 
@@ -73,14 +72,20 @@ class CostModel:
         return self.alpha_us * self.beta_bytes_per_us
 
 
+class FitError(ValueError):
+    """The samples cannot give an α–β fit (one size, or time not growing with size): the
+    message says which. A caller that was given the samples by the user (``calibrate``) turns
+    it into its ``UsageError``; the others fall back."""
+
+
 def fit_cost(traffic: np.ndarray, times_us: np.ndarray, source: str) -> CostModel:
     """``t = α + traffic/β`` by least squares on relative errors (each call weighs by 1/t, so
     a 4 KiB call counts as much as a 256 MiB one and α is not lost in the large calls' noise).
     α is kept ≥ 0: a negative intercept is refitted as ``t = traffic/β``. Needs calls of two
-    sizes at least, and time growing with size."""
+    sizes at least, and time growing with size (else :class:`FitError`)."""
     if traffic.size < 2 or np.unique(traffic).size < 2:
-        raise UsageError("the collectives have a single size, so latency and bandwidth cannot "
-                         "be told apart")
+        raise FitError("the collectives have a single size, so latency and bandwidth cannot "
+                       "be told apart")
     weight = 1 / times_us
     design = np.stack([weight, traffic * weight], axis=1)
     (alpha, inverse_beta), *_ = np.linalg.lstsq(design, np.ones_like(times_us), rcond=None)
@@ -88,8 +93,8 @@ def fit_cost(traffic: np.ndarray, times_us: np.ndarray, source: str) -> CostMode
         ratio = traffic * weight
         alpha, inverse_beta = 0.0, float(ratio.sum() / (ratio ** 2).sum())
     if inverse_beta <= 0:
-        raise UsageError("the collectives do not get slower with size (the fitted bandwidth is "
-                         "not positive)")
+        raise FitError("the collectives do not get slower with size (the fitted bandwidth is "
+                       "not positive)")
     predicted = alpha + traffic * inverse_beta
     spread = float(np.sum((times_us - times_us.mean()) ** 2))
     r2 = 1 - float(np.sum((times_us - predicted) ** 2)) / spread if spread > 0 else None

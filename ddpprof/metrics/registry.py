@@ -212,6 +212,12 @@ def metric(name: str) -> Metric | None:
     return METRICS.get(name.partition("[")[0])
 
 
+def label_of(name: str) -> str:
+    """The label of the registered metric ``name`` (what the HTML report's tables and charts
+    call it); a name not registered is a ``KeyError``."""
+    return METRICS[name].label
+
+
 def suggestion(name: str, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``known``, else ``""``."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)

@@ -36,12 +36,11 @@ import msgspec
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ..errors import UsageError
 from ..processes import usable_cores
 from ..units import KIB, MIB
 from . import intervals as iv
 from .comm import CollectiveCalls
-from .cost import fit_cost, traffic_bytes
+from .cost import FitError, fit_cost, traffic_bytes
 from .tax_fit import Fit, Samples, row_ids
 
 #: Work classes of the compute tax, in ``classify.work_class``'s order.
@@ -68,8 +67,9 @@ REFERENCE_KEYS = 200
 
 def size_class(size_bytes: np.ndarray) -> np.ndarray:
     """Index into :data:`SIZE_LABELS` of each size (unknown sizes, NaN, in the smallest)."""
-    return np.searchsorted(np.array(SIZE_EDGES, dtype=np.float64),
+    result: np.ndarray = np.searchsorted(np.array(SIZE_EDGES, dtype=np.float64),
                            np.nan_to_num(size_bytes, nan=0.0), side="right")
+    return result
 
 
 @dataclass(frozen=True)
@@ -181,12 +181,14 @@ def shared_time(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     bandwidth: what each would have taken alone)."""
     points = np.unique(np.concatenate([start, end]))
     if points.size < 2:
-        return end - start
+        alone_us: np.ndarray = end - start
+        return alone_us
     middle = (points[:-1] + points[1:]) / 2
     running = (np.searchsorted(np.sort(start), middle, side="right")
                - np.searchsorted(np.sort(end), middle, side="right"))
     alone = np.concatenate([[0.0], np.cumsum(np.diff(points) / np.maximum(running, 1))])
-    return np.interp(end, points, alone) - np.interp(start, points, alone)
+    result: np.ndarray = np.interp(end, points, alone) - np.interp(start, points, alone)
+    return result
 
 
 def _call_part(rank: int, samples: RankTaxSamples, calls: CollectiveCalls,
@@ -290,7 +292,7 @@ def _alone_time(traffic: np.ndarray, time: np.ndarray, alone: np.ndarray
     try:
         model = fit_cost(traffic[alone], time[alone], "alone")
         return model.alpha_us + traffic / model.beta_bytes_per_us
-    except UsageError:
+    except FitError:
         return traffic * float(time[alone].sum() / traffic[alone].sum())
 
 

@@ -136,7 +136,7 @@ def resolve_backend(requested: str) -> str:
 
 def validate(recording: Recording) -> None:
     """Everything that can be checked before a launch (ranges are the option types' job)."""
-    from workloads.models import MODEL_NAMES, SMOLLM2_CONFIGS
+    from workloads.configs import MODEL_NAMES, SMOLLM2_CONFIGS
 
     config = recording.config
     if recording.name is not None and (problem := check_run_name(recording.name)):

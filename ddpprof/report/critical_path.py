@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from ..graph.model import NodeKind, StepGraph
 from ..graph.path import COMMUNICATION, COMPUTE, HOST, IDLE, INHERITED, WAITING
 from ..graph.summary import StepPath
+from ..metrics.middle import middle_index
 from .charts import layout
 from .table import Column, Table
 
@@ -80,7 +81,7 @@ def summary_lines(steps: list[StepPath]) -> list[str]:
     lines = []
     for run in dict.fromkeys(s.run for s in steps):
         mine = sorted((s for s in steps if s.run == run), key=lambda s: s.step_us)
-        median = mine[len(mine) // 2]
+        median = mine[middle_index(len(mine))]
         parts = sorted(((median.total_pct(c), c) for c in (COMPUTE, COMMUNICATION, HOST, IDLE,
                                                            WAITING, INHERITED)), reverse=True)
         top = median.work[0] if median.work else None

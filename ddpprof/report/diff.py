@@ -175,9 +175,10 @@ def render_page(pairs: Sequence[PairDiff], title: str, significance: float,
         sections.append({"name": pair_name(pair), "lines": summary_lines(pair, significance),
                          "figures": figures,
                          "tables": [_html_table(t, pair_name(pair)) for t in tables([pair])]})
-    return template_environment(html=True).get_template("diff.html.j2").render(
+    result: str = template_environment(html=True).get_template("diff.html.j2").render(
         title=title, generated=generated(), sections=sections, notes=list(notes),
         figure_count=sum(len(s["figures"]) for s in sections), plotly_js=plotly_js())
+    return result
 
 
 def _html_table(table: Table, pair: str) -> dict[str, Any]:

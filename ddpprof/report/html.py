@@ -7,7 +7,7 @@ in ``pages``.)"""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -16,9 +16,16 @@ import plotly.graph_objects as go
 from .. import sanity
 from ..analysis import Analysis, RunResult, rank_row, run_row
 from ..analysis.group_rows import group_rows
-from ..analysis.rows import COLUMN_KINDS, CollectiveRow, RunRow, memory_of, peak_memory_mib
+from ..analysis.rows import (
+    COLUMN_KINDS,
+    CollectiveRow,
+    RankMetrics,
+    RunRow,
+    memory_of,
+    peak_memory_mib,
+)
 from ..findings import Finding
-from ..metrics.registry import METRICS, metric
+from ..metrics.registry import METRICS, label_of, metric
 from ..units import MIB
 from ..variants import variant_info
 from . import console
@@ -48,11 +55,12 @@ def step_figure(rows: list[RunRow]) -> go.Figure:
     communication, the rest of non-compute (copies, waits, communication compute hides),
     idle. The parts add up to the step."""
     names = [r.run for r in rows]
-    parts = (("compute", lambda m: m.compute_pct, COLORS["compute"]),
-             ("exposed communication", lambda m: m.exposed_comm_pct, COLORS["comm"]),
-             ("other non-compute", lambda m: max(m.non_compute_pct - m.exposed_comm_pct, 0.0),
+    parts: tuple[tuple[str, Callable[[RankMetrics], float], str], ...] = (
+             (label_of("compute_pct"), lambda m: m.compute_pct, COLORS["compute"]),
+             (label_of("exposed_comm_pct"), lambda m: m.exposed_comm_pct, COLORS["comm"]),
+             ("Other non-compute", lambda m: max(m.non_compute_pct - m.exposed_comm_pct, 0.0),
               COLORS["non_compute"]),
-             ("idle", lambda m: m.idle_pct, COLORS["idle"]))
+             (label_of("idle_pct"), lambda m: m.idle_pct, COLORS["idle"]))
     fig = go.Figure([go.Bar(
         name=label, y=names, orientation="h", marker_color=color,
         x=rounded([r.metrics.step_ms * share(r.metrics) / 100 for r in rows]),
@@ -65,11 +73,10 @@ def step_figure(rows: list[RunRow]) -> go.Figure:
 def breakdown_figure(rows: list[RunRow]) -> go.Figure:
     names = [r.run for r in rows]
     fig = go.Figure([
-        go.Bar(name=label, x=names, y=[getattr(r.metrics, key) for r in rows],
+        go.Bar(name=label_of(key), x=names, y=[getattr(r.metrics, key) for r in rows],
                marker_color=COLORS[color])
-        for key, label, color in (("compute_pct", "compute", "compute"),
-                                  ("non_compute_pct", "non-compute", "non_compute"),
-                                  ("idle_pct", "idle", "idle"))])
+        for key, color in (("compute_pct", "compute"), ("non_compute_pct", "non_compute"),
+                           ("idle_pct", "idle"))])
     return layout(fig, "Where the time goes (% of the window, mean over ranks)",
                    barmode="stack", yaxis_title="%")
 
@@ -78,7 +85,7 @@ def overlap_figure(rows: list[RunRow]) -> go.Figure:
     fig = go.Figure([go.Bar(x=[r.run for r in rows],
                             y=[r.metrics.overlap_pct for r in rows], marker_color=COLORS["comm"],
                             text=[format_cell(r.metrics.overlap_pct) for r in rows],
-                            textposition="outside", name="overlap")])
+                            textposition="outside", name=label_of("overlap_pct"))])
     return layout(fig, "Communication overlapped by compute (%)", yaxis_title="%",
                    yaxis_range=[0, 105])
 
@@ -132,7 +139,8 @@ def bandwidth_figure(rows: list[RunRow]) -> go.Figure:
 def spread_figure(runs: list[RunResult]) -> go.Figure:
     """Every rank as a point, per run: a straggler stands apart from its run's cloud."""
     fig = go.Figure()
-    for share, label in (("compute_pct", "compute %"), ("overlap_pct", "overlap %")):
+    for share in ("compute_pct", "overlap_pct"):
+        label = label_of(share)
         xs, ys, texts = [], [], []
         for run in runs:
             for rank in run.ranks:
@@ -440,7 +448,7 @@ def render_report(analysis: Analysis, title: str, findings: list[Finding] | None
     shown = [finding_view(f) for f in console.listed(findings or [])]
     rows, notes = comparison_rows(run_rows)
     used = [*TABLE_COLUMNS, *RANK_COLUMNS, *GROUP_COLUMNS]
-    return template_environment(html=True).get_template("report.html.j2").render(
+    result: str = template_environment(html=True).get_template("report.html.j2").render(
         title=title, generated=generated(), summary_figure=summary,
         environment=_environment_summary(analysis.runs),
         definitions=[WINDOW, *((METRICS[k].label, f"{k}: {METRICS[k].definition}")
@@ -460,3 +468,4 @@ def render_report(analysis: Analysis, title: str, findings: list[Finding] | None
             drawn) < len(analysis.runs) else "",
         top_findings=shown[:TOP_FINDINGS], more_findings=shown[TOP_FINDINGS:],
         left_out=len(findings or []) - len(shown), plotly_js=plotly_js())
+    return result

@@ -21,12 +21,13 @@ if TYPE_CHECKING:
 
 def render_page(title: str, intro: list[str], table: Table, figures: list[go.Figure]) -> str:
     """Text, one table (every column), figures."""
-    return template_environment(html=True).get_template("figures.html.j2").render(
+    result: str = template_environment(html=True).get_template("figures.html.j2").render(
         title=title, generated=generated(), intro=intro,
         headers=[c.title for c in table.columns],
         rows=[[format_cell(table.shown_value(row, c)) for c in table.columns]
               for row in table.rows],
         figures=[embed(fig) for fig in figures], plotly_js=plotly_js())
+    return result
 
 
 def log_range(values: list[float]) -> list[float]:

@@ -14,6 +14,7 @@ import csv
 import io
 import math
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -151,7 +152,6 @@ _NUMBER = re.compile(r"[-+]?[\d,]*\.?\d+")
 def terminal_width() -> int:
     """``COLUMNS`` when set, else the width of the terminal standard output is, else
     :data:`DEFAULT_WIDTH` (a pipe, a file, CI)."""
-    import shutil
 
     return max(MIN_WIDTH, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
 

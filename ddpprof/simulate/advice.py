@@ -18,14 +18,14 @@ import numpy as np
 
 from ..errors import UsageError
 from ..metrics.comm import BUS_FACTOR
-from ..metrics.cost import CostModel, fit_cost, traffic_bytes
+from ..metrics.cost import CostModel, FitError, fit_cost, traffic_bytes
 
 if TYPE_CHECKING:
     from ..analysis.results import RunResult
     from ..findings import CapAdvice
 
 #: Caps the advice compares, in MiB.
-ADVICE_CAPS_MB = (0.25, 0.5, 1, 2, 5, 10, 25, 50, 100)
+ADVICE_CAPS_MIB = (0.25, 0.5, 1, 2, 5, 10, 25, 50, 100)
 
 
 def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdvice | None:
@@ -44,22 +44,22 @@ def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdv
     if any(r.graph_steps is None for r in run.ranks) or "://" in run.folder:
         return None
     config = run.manifest.config
-    current_cap_mb = config.bucket_cap_mb
-    caps = sorted({*ADVICE_CAPS_MB, *([current_cap_mb] if current_cap_mb else [])})
+    current_cap_mib = config.bucket_cap_mb
+    caps = sorted({*ADVICE_CAPS_MIB, *([current_cap_mib] if current_cap_mib else [])})
     try:
         simulation = simulate(Path(run.folder), run, caps, [], Costs(fallback=fallback_cost),
                               median_step_only=True)
     except UsageError:
         return None
     world = simulation.world_size
-    mine = [(p.bucket_cap_mb, p) for p in simulation.predictions if p.world_size == world
-            and p.bucket_cap_mb is not None]
+    mine = [(p.bucket_cap_mib, p) for p in simulation.predictions if p.world_size == world
+            and p.bucket_cap_mib is not None]
     if not mine:
         return None
     best_cap, top = min(mine, key=lambda capped: capped[1].step_ms)
-    current = next((p for cap, p in mine if cap == current_cap_mb), None)
+    current = next((p for cap, p in mine if cap == current_cap_mib), None)
     return CapAdvice(_half_bandwidth(simulation.cost, world),
-                     CapReplay(current_cap_mb=current_cap_mb, best_cap_mb=best_cap,
+                     CapReplay(current_cap_mib=current_cap_mib, best_cap_mib=best_cap,
                                current_step_ms=(current or top).step_ms,
                                best_step_ms=top.step_ms))
 
@@ -90,7 +90,7 @@ def _fitted_only(run: RunResult, fallback_cost: CostModel | None) -> CapAdvice |
     try:
         cost = fit_cost(np.array([t for t, _ in samples], dtype=float),
                         np.array([u for _, u in samples]), "fit over the run's transfers")
-    except UsageError:
+    except FitError:
         if fallback_cost is None:
             return None
         cost = fallback_cost
@@ -132,7 +132,7 @@ def pooled_cost(runs: list[RunResult]) -> dict[ModelKey, CostModel]:
                                    np.array([t for _, t in pairs]),
                                    f"fit over the {len(pairs)} all-reduces of the runs "
                                    "analyzed together")
-        except UsageError:
+        except FitError:
             continue
     return pooled
 

@@ -62,10 +62,10 @@ def rows(simulation: Simulation, sweep_points: dict[float, float]) -> list[Simul
         if p.world_size == simulation.world_size:
             if p.recorded:
                 measured = simulation.measured.step_ms
-            elif p.bucket_cap_mb is not None:
-                measured = sweep_points.get(p.bucket_cap_mb)
+            elif p.bucket_cap_mib is not None:
+                measured = sweep_points.get(p.bucket_cap_mib)
         table.append(SimulateRow(
-            variant=p.variant, world_size=p.world_size, bucket_cap_mib=p.bucket_cap_mb,
+            variant=p.variant, world_size=p.world_size, bucket_cap_mib=p.bucket_cap_mib,
             buckets=p.buckets, step_ms=p.step_ms,
             exposed_comm_ms_per_step=p.exposed_comm_ms_per_step,
             overlap_pct=p.overlap_pct, efficiency=p.efficiency, recorded=p.recorded,
@@ -124,11 +124,11 @@ def verdict_lines(simulation: Simulation) -> list[str]:
                      f"overlap predicted {overlap}, measured {seen} (trace)")
     for n, top in best(simulation.predictions).items():
         default = next((p for p in simulation.predictions if p.world_size == n
-                        and p.bucket_cap_mb == DEFAULT_BUCKET_CAP_MIB and p.variant == top.variant),
-                       None)
+                        and p.bucket_cap_mib == DEFAULT_BUCKET_CAP_MIB
+                        and p.variant == top.variant), None)
         gap = (f"; the default {DEFAULT_BUCKET_CAP_MIB:g} MiB is "
                f"{100 * (default.step_ms / top.step_ms - 1):.1f}% slower" if default else "")
-        lines.append(f"world size {n}: best predicted bucket {top.bucket_cap_mb:g} MiB "
+        lines.append(f"world size {n}: best predicted bucket {top.bucket_cap_mib:g} MiB "
                      f"({top.variant}), {top.step_ms:.2f} ms{gap}")
     # the points measured elsewhere (--measured): the recorded one is told above
     others = [(r.step_ms, r.measured_step_ms) for r in simulation.rows

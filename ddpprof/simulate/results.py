@@ -13,7 +13,7 @@ from ..metrics.cost import CostModel
 class Prediction:
     variant: str                       # what is replayed
     world_size: int
-    bucket_cap_mb: float | None
+    bucket_cap_mib: float | None
     buckets: int                       # gradient collectives per step
     step_ms: float                     # unprofiled (see the module's docstring)
     exposed_comm_ms_per_step: float
@@ -89,7 +89,7 @@ def best(predictions: list[Prediction]) -> dict[int, Prediction]:
     """The fastest bucket cap per world size (predictions with a cap only)."""
     result: dict[int, Prediction] = {}
     for p in predictions:
-        if p.bucket_cap_mb is None:
+        if p.bucket_cap_mib is None:
             continue
         if p.world_size not in result or p.step_ms < result[p.world_size].step_ms:
             result[p.world_size] = p

@@ -19,6 +19,7 @@ from ..graph.model import CycleError, StepGraph
 from ..graph.whatif import Edit, overlap_pct
 from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
 from ..metrics.cost import CostModel
+from ..metrics.middle import middle_index
 from ..options import check_rank_edits
 from ..trace.discover import discover
 from ..variants import VariantInfo, variant_info
@@ -28,7 +29,7 @@ from .sources import Costs
 from .steps import CapEdit, Step
 
 
-def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] | None,
+def simulate_run(run_path: Path, sizes_mib: list[float], world_sizes: list[int] | None,
                  bandwidth_gbps: float | None = None, latency_us: float | None = None,
                  measured_file: Path | None = None, calibration_file: Path | None = None,
                  ready_order: bool = False, keep_last_step: bool = False,
@@ -66,7 +67,7 @@ def simulate_run(run_path: Path, sizes_mb: list[float], world_sizes: list[int] |
                          "not one run's ranks; give one trace, or a run folder")
     check_rank_edits(edits, (r.rank for r in analyzed[0].ranks), f"run {run.folder}")
     sweep_points = output.measured_steps(measured_file, run.manifest) if measured_file else {}
-    return simulate(run_path, analyzed[0], sizes_mb, world_sizes,
+    return simulate(run_path, analyzed[0], sizes_mib, world_sizes,
                     Costs(bandwidth_gbps, latency_us, calibration), ready_order, sweep_points,
                     tuple(edits), shared_cores=shared_cores)
 
@@ -81,7 +82,7 @@ def check_replayable(manifest: RunManifest, where: object) -> None:
                          f"{variant} communicates over several (its mesh's dimensions)")
 
 
-def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
+def simulate(run_path: Path, run: RunResult, sizes_mib: list[float],
              world_sizes: list[int] | None, costs: Costs, ready_order: bool = False,
              sweep_points: dict[float, float] | None = None, edits: tuple[Edit, ...] = (),
              median_step_only: bool = False, shared_cores: int | None = None) -> Simulation:
@@ -116,7 +117,7 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
             missing = str(error)
     if model is None:   # what needs one is not predicted; the rest is answered
         notes.append("other world sizes and bucket caps: not predicted: " + missing)
-        world_sizes, sizes_mb = [], []
+        world_sizes, sizes_mib = [], []
         model = CostModel(0.0, math.inf, None, 0, f"none: {missing}")
     tax, tax_source = run_tax, "measured on the run"
     if calibration is not None and calibration.overlap_tax is not None:
@@ -125,13 +126,12 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
         steps = [Step.of(g, tax) for g in graphs]
     run_level = _level(steps, model, world, backend)
     grad_accum = (config.grad_accum if config else None) or 1
-    for step in steps:
-        step.set_level(model, world, backend, run_level)
-        step.set_gradients(manifest.buckets, grad_accum, notes)
+    steps = [s.ready(model, world, backend, run_level, manifest.buckets, grad_accum, notes)
+             for s in steps]
     if median_step_only:
-        steps = [sorted(steps, key=lambda s: s.recorded_us)[(len(steps) - 1) // 2]]
+        steps = [sorted(steps, key=lambda s: s.recorded_us)[middle_index(len(steps))]]
     ratio = _overhead(manifest, notes)
-    notes.append(_scope(info, variant, bool(sizes_mb)))
+    notes.append(_scope(info, variant, bool(sizes_mib)))
     sharded = info is not None and info.sharded
     threads = (manifest.measured.threads_per_rank if manifest.measured else None) or 1
     shared_cores = cores_shared(manifest, shared_cores, threads, notes)
@@ -143,7 +143,7 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
         1, world, sharded, shared_cores, threads), model, backend))]
     predictions = []
     for n, cap, recorded in _configurations(info, config.bucket_cap_mb if config else None,
-                                            sizes_mb, world_sizes, world):
+                                            sizes_mib, world_sizes, world):
         capped = None
         if not recorded and info is not None and cap is not None:
             capped = CapEdit(cap, info.gradient_collective,
@@ -157,7 +157,7 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
         step_us = statistics.median(o.step_us for o in outcomes) / ratio
         buckets = [o.buckets for o in outcomes if o.buckets is not None]
         predictions.append(Prediction(
-            variant=variant or "as recorded", world_size=n, bucket_cap_mb=cap,
+            variant=variant or "as recorded", world_size=n, bucket_cap_mib=cap,
             buckets=int(statistics.median(buckets)) if buckets else 0,
             step_ms=step_us / 1e3,
             # exposed communication and overlap over the replayed steps as ``analyze``
@@ -169,10 +169,10 @@ def simulate(run_path: Path, run: RunResult, sizes_mb: list[float],
             efficiency=statistics.median(single) / ratio / (n * step_us)
             if step_us and single else 0.0,
             recorded=recorded))
-    predictions.sort(key=lambda p: (p.world_size, p.bucket_cap_mb is None,
-                                    p.bucket_cap_mb or 0))
+    predictions.sort(key=lambda p: (p.world_size, p.bucket_cap_mib is None,
+                                    p.bucket_cap_mib or 0))
     measured = _measured(run, manifest)
-    if info is None and sizes_mb:
+    if info is None and sizes_mib:
         notes.append("--bucket-cap-mib: not applied: no bucket cap is known to re-bucket (no "
                      "run.json naming a bucketed variant beside the trace)")
     if edits:   # the run's own row is then a prediction of something else

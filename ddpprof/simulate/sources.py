@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import sanity
 from ..errors import UsageError
-from ..metrics.cost import CostModel, fit_cost, traffic_bytes
+from ..metrics.cost import CostModel, FitError, fit_cost, traffic_bytes
 
 if TYPE_CHECKING:
     from ..calibrate import Calibration
@@ -101,7 +101,7 @@ def cost_model(run_path: Path, transfers: Callable[[], list[Transfer]], world: i
                 return fitted, None
             problem = (f"the fit over the run's {len(samples)} collective transfers has R² = "
                        f"{fitted.r2:.3f}: {flag.problem}")
-        except UsageError as error:
+        except FitError as error:
             problem = str(error)
     if costs.fallback is not None:
         notes.append(f"cost model: {problem}; {costs.fallback.source}")

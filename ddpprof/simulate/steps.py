@@ -13,7 +13,7 @@ with, its gradients in registration order, and its replays. Pure.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -78,9 +78,11 @@ class CapEdit:
     ready_order: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class Step:
-    """One recorded step, ready to replay."""
+    """One recorded step, ready to replay: whole once made (:meth:`of`, then :meth:`ready`,
+    which makes another), so a replay remembered (``_cache``) can never outlive what it was
+    replayed from."""
 
     graph: StepGraph
     tax: Tax
@@ -88,7 +90,8 @@ class Step:
     transfers: list[Transfer]
     gradients: dict[int, RankGradients] = field(default_factory=dict)
     level: float | None = None
-    _cache: dict[Hashable, Outcome | None] = field(default_factory=dict)
+    _cache: dict[Hashable, Outcome | None] = field(default_factory=dict, init=False,
+                                                   repr=False, compare=False)
 
     @classmethod
     def of(cls, graph: StepGraph, tax: Tax) -> Step:
@@ -100,19 +103,24 @@ class Step:
         """Its step as recorded (``graph.path.period_us``)."""
         return period_us(self.graph, replay(self.graph))
 
-    def set_level(self, model: CostModel, world: int, backend: str | None,
-                  run_level: float) -> None:
+    def ready(self, model: CostModel, world: int, backend: str | None, run_level: float,
+              recorded: list[BucketRecord] | None, grad_accum: int, notes: list[str]) -> Step:
+        """This step with its cost level under ``model`` (the run's, ``run_level``, when it
+        has no sized transfer) and its gradients (:meth:`gradients_of`)."""
         modelled = sum(model.time_us(t.size_bytes, world, t.kind, backend)
                        for t in self.transfers)
         measured = sum(t.time_us for t in self.transfers)
-        self.level = measured / modelled if modelled > 0 and measured > 0 else run_level
+        level = measured / modelled if modelled > 0 and measured > 0 else run_level
+        return replace(self, level=level,
+                       gradients=self.gradients_of(recorded, grad_accum, notes))
 
-    def set_gradients(self, recorded: list[BucketRecord] | None, grad_accum: int,
-                      notes: list[str]) -> None:
+    def gradients_of(self, recorded: list[BucketRecord] | None, grad_accum: int,
+                     notes: list[str]) -> dict[int, RankGradients]:
         """Each rank's gradients of the last backward pass, in ready order, matched to the
         model's parameters (:func:`registration_positions`)."""
         graph = self.graph
         parameters = sum(len(b.param_index) for b in recorded or [])
+        gradients = {}
         for rank in sorted({g.rank for g in graph.gradients}):
             ready = sorted((g for g in graph.gradients if g.rank == rank),
                            key=lambda g: graph.nodes[g.node].end_us)
@@ -123,7 +131,8 @@ class Step:
                 [g.size_bytes for g in ready], recorded)
             if note and note not in notes:
                 notes.append(note)
-            self.gradients[rank] = RankGradients(ready, positions, dtypes)
+            gradients[rank] = RankGradients(ready, positions, dtypes)
+        return gradients
 
     def partition(self, cap_mib: float, ready_order: bool) -> tuple[tuple[int, ...], ...]:
         """The buckets a cap makes of the first rank's gradients (caps that make the same ones
@@ -143,7 +152,9 @@ class Step:
                backend: str | None = None) -> Outcome | None:
         """This step replayed with those edits (remembered: a cap that makes the same buckets
         as another is not replayed twice); None when the edited graph has a cycle."""
-        key = (edits, world, None if cap is None else (
+        # everything the replay depends on that is not the step's own (its level and
+        # gradients are: it is never changed)
+        key = (edits, world, model, backend, None if cap is None else (
             self.partition(cap.cap_mib, cap.ready_order), cap.gradient_kind, cap.gathers))
         if key not in self._cache:
             cost = CollectiveCost(model, self.level or 1.0, backend) if model else None

@@ -186,7 +186,8 @@ def _matmul_flops(input_dims: bytes, first: int) -> float | None:
     a, b = dims[first], dims[first + 1]
     if numel(a) is None or numel(b) is None or len(a) != len(b) or len(a) not in (2, 3):
         return None
-    return 2.0 * math.prod(a) * b[-1]
+    result: float | None = 2.0 * math.prod(a) * b[-1]
+    return result
 
 
 def numel(shape: Any) -> int | None:

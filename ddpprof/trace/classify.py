@@ -210,12 +210,12 @@ def per_name(trace: RankTrace, predicate: Callable[[str], Any], dtype: npt.DType
              ) -> np.ndarray:
     """Evaluate ``predicate`` once per distinct name and spread it over the events."""
     table: np.ndarray = np.array([predicate(name) for name in trace.names] or [0], dtype=dtype)
-    return table[trace.name_id]
+    return np.asarray(table[trace.name_id])
 
 
 def per_category(trace: RankTrace, predicate: Callable[[str | None], bool]) -> np.ndarray:
     table = np.array([predicate(c) for c in trace.category] or [False], dtype=bool)
-    return table[trace.category_id]
+    return np.asarray(table[trace.category_id])
 
 
 def kernel_kinds(trace: RankTrace, classifier: KernelClassifier) -> np.ndarray:
@@ -291,13 +291,13 @@ def _stream_in_tid(tid: Any) -> int:
 
 def device_kernels(trace: RankTrace, stream: np.ndarray) -> np.ndarray:
     """HTA's device events: a stream and a correlation id, or a GPU synchronisation event."""
-    return ((stream >= 0) & trace.has_correlation) | per_name(
-        trace, lambda n: n in GPU_SYNC_NAMES)
+    return np.asarray(((stream >= 0) & trace.has_correlation) | per_name(
+        trace, lambda n: n in GPU_SYNC_NAMES))
 
 
 def on_device(stream: np.ndarray) -> np.ndarray:
     """Events in HTA's breakdowns: everything with a stream (``stream != -1``)."""
-    return stream != -1
+    return np.asarray(stream != -1)
 
 
 def is_gpu_trace(stream: np.ndarray) -> bool:
@@ -357,7 +357,7 @@ class HostLanes:
 
     @property
     def any(self) -> np.ndarray:
-        return self.work | self.waits | self.comm
+        return np.asarray(self.work | self.waits | self.comm)
 
 
 def host_lanes(trace: RankTrace, stream: np.ndarray) -> HostLanes:

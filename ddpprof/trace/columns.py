@@ -123,7 +123,8 @@ class Columns:
         has_times = ~np.isnan(ts) & ~np.isnan(dur)
         self.dropped += int(np.count_nonzero(declared_complete & ~has_times))
         keep = complete & has_times
-        return keep if profiler_span is None else keep & ~profiler_span
+        result: np.ndarray = keep if profiler_span is None else keep & ~profiler_span
+        return result
 
     def note_times(self, ts: np.ndarray) -> None:
         """The range of the run's timestamps (NaN: absent), kept or not."""
@@ -155,7 +156,8 @@ class Columns:
             code = self.names.get(name)
             if code is not None:
                 rows |= name_code == code
-        return rows
+        result: np.ndarray = rows
+        return result
 
     def keep_arguments(self, name_code: np.ndarray, args: Sequence[Args] | Mapping[int, Args],
                        collective: np.ndarray | None) -> None:

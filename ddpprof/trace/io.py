@@ -251,7 +251,8 @@ def read_url(url: str, limit: int, variable: str | None) -> bytes | bytearray:
     data = bytearray()
 
     def next_chunk(fs: Any, path: str) -> bytes:
-        return stream.read(min(_URL_CHUNK_BYTES, limit + 1 - len(data)))
+        result: bytes = stream.read(min(_URL_CHUNK_BYTES, limit + 1 - len(data)))
+        return result
 
     try:
         while chunk := storage.within_deadline(url, next_chunk):

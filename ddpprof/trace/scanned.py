@@ -126,7 +126,8 @@ def _interned(table: dict[Any, int], local: np.ndarray, values: Sequence[Any]) -
     order = present[np.argsort(first[present])]
     codes = np.zeros(len(values), dtype=np.int32)
     codes[order] = intern(table, [values[i] for i in order.tolist()])
-    return codes[local]
+    result: np.ndarray = codes[local]
+    return result
 
 
 def _id_value(text: bytes) -> int | str:

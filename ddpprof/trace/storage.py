@@ -153,7 +153,8 @@ def within_deadline(url: str, call: Callable[[Any, str], _T]) -> _T:
                               "network, or a store that does not answer?")
     succeeded, value = outcome[0]
     if succeeded:
-        return value
+        result: _T = value
+        return result
     if isinstance(value, UsageError | KeyboardInterrupt | SystemExit):
         raise value
     if isinstance(value, FileNotFoundError):
@@ -166,13 +167,15 @@ def within_deadline(url: str, call: Callable[[Any, str], _T]) -> _T:
 def is_file(location: Location) -> bool:
     if isinstance(location, Path):
         return location.is_file()
-    return within_deadline(location, lambda fs, path: fs.isfile(path))
+    result: bool = within_deadline(location, lambda fs, path: fs.isfile(path))
+    return result
 
 
 def is_dir(location: Location) -> bool:
     if isinstance(location, Path):
         return location.is_dir()
-    return within_deadline(location, lambda fs, path: fs.isdir(path))
+    result: bool = within_deadline(location, lambda fs, path: fs.isdir(path))
+    return result
 
 
 def children(location: Location) -> list[tuple[Location, Kind]]:

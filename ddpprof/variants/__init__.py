@@ -129,18 +129,20 @@ def variant_info(name: str | None) -> VariantInfo | None:
 
 def variant_class(name: str) -> type[DataParallel]:
     info = VARIANTS[name]
-    return getattr(importlib.import_module(f"{__name__}.{info.module}"), info.class_name)
+    module = importlib.import_module(f"{__name__}.{info.module}")
+    result: type[DataParallel] = getattr(module, info.class_name)
+    return result
 
 
 def make_variant(name: str, module: nn.Module, *,
-                 bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB,
+                 bucket_cap_mib: float = DEFAULT_BUCKET_CAP_MIB,
                  gradient_as_bucket_view: bool = False, tp: int | None = None) -> DataParallel:
     """Wrap ``module`` in the variant called ``name`` (the process group must already exist,
     except for ``single``)."""
     info = VARIANTS[name]
     options: dict[str, object] = {}
     if info.bucketed:
-        options["bucket_cap_mb"] = bucket_cap_mb
+        options["bucket_cap_mib"] = bucket_cap_mib
     if info.ddp_options:
         options["gradient_as_bucket_view"] = gradient_as_bucket_view
     if info.tensor_parallel:

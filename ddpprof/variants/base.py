@@ -182,7 +182,8 @@ def all_reduce_sum(tensor: torch.Tensor, *, blocking: bool) -> dist.Work | None:
     _before_collective("all_reduce", tensor)
     work = dist.all_reduce(tensor, op=dist.ReduceOp.SUM, async_op=True)
     if not blocking:
-        return work
+        result: dist.Work | None = work
+        return result
     wait_for(work)
     return None
 
@@ -196,11 +197,13 @@ def reduce_scatter_sum(output: torch.Tensor, input: torch.Tensor) -> dist.Work:
     """Launch the sum over ranks of ``input``, rank r receiving chunk r (``output``, which may be
     that chunk of ``input`` itself); returns the handle."""
     _before_collective("reduce_scatter", input)
-    return _reduce_scatter_single(output, input, op=dist.ReduceOp.SUM, async_op=True)
+    result: dist.Work = _reduce_scatter_single(output, input, op=dist.ReduceOp.SUM, async_op=True)
+    return result
 
 
 def all_gather(output: torch.Tensor, input: torch.Tensor) -> dist.Work:
     """Launch the gather of every rank's ``input`` into ``output`` (rank r's at chunk r;
     ``input`` may be that chunk of ``output`` itself); returns the handle."""
     _before_collective("all_gather", input)
-    return _all_gather_single(output, input, async_op=True)
+    result: dist.Work = _all_gather_single(output, input, async_op=True)
+    return result

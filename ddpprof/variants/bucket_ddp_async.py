@@ -18,8 +18,8 @@ from .buckets import BucketedDataParallel
 
 
 class BucketDDPAsync(BucketedDataParallel):
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB) -> None:
-        super().__init__(module, bucket_cap_mb)
+    def __init__(self, module: nn.Module, bucket_cap_mib: float = DEFAULT_BUCKET_CAP_MIB) -> None:
+        super().__init__(module, bucket_cap_mib)
         self._offsets: list[list[int]] = []
         self.bucket_buffers: list[torch.Tensor] = []
         for members in self.bucket_params:

@@ -5,7 +5,7 @@ theirs.
 
 * Buckets are fixed at construction by :func:`.bucketing.assign_buckets` (PyTorch's Reducer's
   rule, which ``ddpprof simulate`` replays too): reverse registration order, one dtype and
-  device per bucket, a bucket closing once it reaches ``bucket_cap_mb`` MiB.
+  device per bucket, a bucket closing once it reaches ``bucket_cap_mib`` MiB.
 * Buckets are launched strictly in index order (a ready bucket waits for the ones before it),
   so every rank issues the same collectives in the same order whatever order the hooks fire in.
 * A parameter that got no gradient in the step's last micro-step is found when the step
@@ -42,14 +42,14 @@ class BucketedDataParallel(DataParallel):
     it and hand the reduced gradients to the optimizer).
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB) -> None:
+    def __init__(self, module: nn.Module, bucket_cap_mib: float = DEFAULT_BUCKET_CAP_MIB) -> None:
         super().__init__(module)
-        if not bucket_cap_mb > 0:
-            raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb}")
+        if not bucket_cap_mib > 0:
+            raise ValueError(f"bucket_cap_mib must be positive, got {bucket_cap_mib}")
         params = self.trainable_parameters()
         self.bucket_params: list[list[nn.Parameter]] = [
             [params[i] for i in positions]
-            for positions in parameter_buckets(params, bucket_cap_mb)]
+            for positions in parameter_buckets(params, bucket_cap_mib)]
         self._position_of = {id(p): (b, pos) for b, members in enumerate(self.bucket_params)
                              for pos, p in enumerate(members)}
         self._ready: list[list[bool]] = []

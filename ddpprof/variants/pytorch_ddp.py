@@ -16,14 +16,14 @@ class PyTorchDDP(DataParallel):
     broadcasts_initial_state = False
     module: DistributedDataParallel
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB,
+    def __init__(self, module: nn.Module, bucket_cap_mib: float = DEFAULT_BUCKET_CAP_MIB,
                  gradient_as_bucket_view: bool = False,
                  find_unused_parameters: bool = False) -> None:
         device = next(module.parameters()).device
         super().__init__(DistributedDataParallel(
             module,
             device_ids=[device] if device.type == "cuda" else None,
-            bucket_cap_mb=bucket_cap_mb,
+            bucket_cap_mb=bucket_cap_mib,   # PyTorch's name for MiB
             gradient_as_bucket_view=gradient_as_bucket_view,
             find_unused_parameters=find_unused_parameters,
         ))

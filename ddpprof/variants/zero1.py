@@ -1,7 +1,7 @@
 """``zero1``: ZeRO stage 1, as seed 004 describes it: optimizer state sharded across ranks.
 
 * Gradients are bucketed as in ``bucket_ddp_async`` (:mod:`.buckets`: fixed buckets, launched in
-  order from the backward hooks, ``bucket_cap_mb``), but each bucket is **reduce-scattered**
+  order from the backward hooks, ``bucket_cap_mib``), but each bucket is **reduce-scattered**
   (async, overlapping the rest of backward) instead of all-reduced: rank r receives the summed
   chunk r of the bucket.
 * Each bucket's parameters live end to end in one flat buffer (``param.data`` is a view of it),
@@ -84,8 +84,8 @@ class Zero1(BucketedDataParallel):
     #: Whether the whole bucket's gradient buffer persists (stage 1) or only the shard (stage 2).
     keeps_full_gradients = True
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MIB) -> None:
-        super().__init__(module, bucket_cap_mb)
+    def __init__(self, module: nn.Module, bucket_cap_mib: float = DEFAULT_BUCKET_CAP_MIB) -> None:
+        super().__init__(module, bucket_cap_mib)
         self.shards = [self._flatten(members) for members in self.bucket_params]
 
     def _flatten(self, members: list[nn.Parameter]) -> ShardedBucket:
