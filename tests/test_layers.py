@@ -89,7 +89,7 @@ LOCAL_IMPORTS = sorted([
     "ddpprof.options: ddpprof.metrics.registry",
     "ddpprof.options: ddpprof.metrics.registry",
     "ddpprof.options: ddpprof.report.output",
-    "ddpprof.options: ddpprof.trace.classify",
+    "ddpprof.options: ddpprof.trace.work_names",
     "ddpprof.options: ddpprof.variants",
     "ddpprof.record.folders: ddpprof.manifest",
     "ddpprof.record.launcher: ddpprof.variants.fsdp_tp",

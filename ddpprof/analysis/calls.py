@@ -24,7 +24,8 @@ from typing import TypeVar
 import numpy as np
 
 from ..metrics.comm import DEFAULT_GROUP, CollectiveCalls, GroupRef, message_bytes
-from ..trace import classify
+from ..trace import classify, comm_spans
+from ..trace.comm_spans import ALL_TO_ALL_OP
 from ..trace.events import CommArgs, ProcessGroup, RankTrace
 from ..trace.structure import enclosing, innermost, launching_host_event
 
@@ -123,7 +124,7 @@ def _issuing_ops(trace: RankTrace, index: np.ndarray, all_args: list[CommArgs | 
                        if trace.stream[i] >= 0 and not (a and a.collective)], dtype=np.int64)
     if not picked.size:
         return {}
-    ops = classify.per_name(trace, lambda n: bool(classify.C10D_COLLECTIVE.match(n))) & (
+    ops = classify.per_name(trace, lambda n: bool(comm_spans.C10D_COLLECTIVE.match(n))) & (
         trace.stream < 0)
     if not ops.any():
         return {}
@@ -146,7 +147,7 @@ def _from_issuing_ops(trace: RankTrace, issued_by: dict[int, int], event: int, k
         kind = said if said not in ("unknown", "send_recv", "send", "recv") else kind
     own = trace.comm_args.get(op)
     if (kind == "all_to_all" and args.in_bytes is None and own is not None
-            and trace.names[trace.name_id[op]] == classify.ALL_TO_ALL_OP
+            and trace.names[trace.name_id[op]] == ALL_TO_ALL_OP
             and len(own.tensor_bytes) >= 2 and None not in own.tensor_bytes[:2]):
         args = replace(args, out_bytes=own.tensor_bytes[0], in_bytes=own.tensor_bytes[1])
     return kind, args
@@ -194,7 +195,7 @@ def _issuers(trace: RankTrace, events: np.ndarray, launchers: np.ndarray) -> np.
     spans = events[~device]
     if spans.size:
         backend = np.flatnonzero(classify.per_name(trace, lambda n: bool(
-            classify.BACKEND_COLLECTIVE.match(n))) & (stream < 0) & classify.per_category(
+            comm_spans.BACKEND_COLLECTIVE.match(n))) & (stream < 0) & classify.per_category(
             trace, lambda c: c in classify.HOST_WORK_CATEGORIES))
         ops = classify.issuing_ops(trace, backend)
         issuer[~device] = [ops.get(int(i), int(i)) for i in spans.tolist()]

@@ -39,6 +39,7 @@ from ..metrics.comm import CollectiveCalls
 from ..metrics.partition import partition
 from ..trace import classify
 from ..trace.events import RankTrace
+from ..trace.work_names import DATALOADER_CATEGORY, OPTIMIZER_CATEGORY
 
 #: Classes of work, in the order they win an instant (``metrics.partition``).
 COMPUTE, COMMUNICATION, DEVICE, HOST_COMM, DATA, HOST = range(6)
@@ -125,9 +126,9 @@ def _category_parts(trace: RankTrace, events: np.ndarray, parts: _Parts,
     part = by_name[inverse] if events.size else np.empty(0, dtype=np.int64)
     if in_optimizer.any():
         part = np.where(in_optimizer, parts.of(PartKey("compute",
-                                                       classify.OPTIMIZER_CATEGORY)), part)
+                                                       OPTIMIZER_CATEGORY)), part)
     if in_loader is not None and in_loader.any():
-        part = np.where(in_loader, parts.of(PartKey(classify.DATALOADER_CATEGORY)), part)
+        part = np.where(in_loader, parts.of(PartKey(DATALOADER_CATEGORY)), part)
     return part
 
 
@@ -240,7 +241,7 @@ def device_parts(trace: RankTrace, stream: np.ndarray, start: np.ndarray, end: n
         _Pieces(calls.start_us, calls.end_us, COMMUNICATION, call_part),
         _Pieces(start[other], end[other], DEVICE, other_part, other),
         _Pieces(data[0], data[1], DATA,
-                np.full(data[0].size, parts.of(PartKey(classify.DATALOADER_CATEGORY)))),
+                np.full(data[0].size, parts.of(PartKey(DATALOADER_CATEGORY)))),
         _Pieces(host[0], host[1], HOST, np.full(host[0].size, parts.of(PartKey("host-bound"))))]
     return _share(trace, windows, pieces, parts, call_part, step_names)
 

@@ -14,7 +14,7 @@ from ..trace.names import MAX_NAME_CHARS
 from .device_rank import DeviceAnalysis
 from .host_rank import HostAnalysis
 from .options import AnalysisOptions, LastStep
-from .rank_common import event_times
+from .rank_common import event_times, trace_notes
 from .results import RankResult
 
 __all__ = ["analyze_rank", "event_times"]
@@ -31,7 +31,7 @@ def analyze_rank(trace: RankTrace, rank: int, last_step: LastStep,
     else:
         result = HostAnalysis(trace, stream, last_step, analyzed, options).result(rank)
     result.total_steps = int(steps.size)
-    result.notes.extend(classify.format_notes(trace, stream))
+    result.notes.extend(trace_notes(trace, stream))
     if trace.dropped_events:
         result.notes.append(f"{trace.dropped_events} complete events without a start or a "
                             "duration were skipped")

@@ -111,4 +111,18 @@ def nothing_to_measure(trace: RankTrace) -> TraceError:
                                   "with a duration")
 
 
-
+def trace_notes(trace: RankTrace, stream: np.ndarray) -> list[str]:
+    """What was assumed about a trace that is not what it seems: a Chrome trace that no
+    PyTorch profiler wrote (no ``schemaVersion``, none of its categories), and a trace whose
+    launches have no device activity recorded."""
+    notes = []
+    if not trace.has_schema_version and not classify.PROFILER_CATEGORIES & set(trace.category):
+        notes.append("not a PyTorch profiler trace (no schemaVersion, no Kineto categories): "
+                     "its complete events were read as host work on their threads, none as "
+                     "device work; ddpprof's figures assume PyTorch's profiler")
+    launches = classify.per_name(trace, classify.launches_device_work) & (stream < 0)
+    if launches.any() and not (stream >= 0).any():
+        notes.append(f"device activity not recorded ({int(launches.sum())} launches, no "
+                     "kernel or copy on a device: profiled without the device activity?): the "
+                     "figures are the host's")
+    return notes

@@ -14,7 +14,7 @@ from ..analysis.parts import PartKey
 from ..analysis.results import RankResult, RunResult
 from ..analysis.rows import run_row
 from ..metrics.dispatch import SHORT_OP_US
-from ..trace.classify import OPTIMIZER_CATEGORY
+from ..trace.work_names import OPTIMIZER_CATEGORY
 from ..units import MIB
 from .model import (
     CapAdvice,

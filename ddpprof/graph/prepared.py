@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analysis.options import LastStep
-from ..trace import classify
+from ..trace import classify, comm_spans
 from ..trace.classify import KernelClassifier
 from ..trace.events import RankTrace
 from ..trace.structure import launching_host_event, nested_in
@@ -74,8 +74,8 @@ def prepare(trace: RankTrace, keep_last_step: bool = False,
     work = cats(trace, lambda c: c in classify.HOST_WORK_CATEGORIES)
     waits = host & work & classify.per_name(trace, lambda n: bool(classify.BLOCKING_WAIT.search(n)))
     syncs = host & ~work & classify.per_name(trace, classify.synchronizes_device)
-    c10d = host & classify.per_name(trace, lambda n: bool(classify.C10D_COLLECTIVE.match(n)))
-    comm_or_wait = host & classify.per_name(trace, lambda n: bool(classify.HOST_COMM.search(n)))
+    c10d = host & classify.per_name(trace, lambda n: bool(comm_spans.C10D_COLLECTIVE.match(n)))
+    comm_or_wait = host & classify.per_name(trace, lambda n: bool(comm_spans.HOST_COMM.search(n)))
     issuing = c10d | (host & ~work) | comm_or_wait
     launcher = launching_host_event(trace, stream)
     launched = np.flatnonzero(kernels & (launcher >= 0))

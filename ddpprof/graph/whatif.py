@@ -4,7 +4,7 @@ world size; here: work made faster, a rank delayed), replayed under the overlap 
 and ``docs/simulate.md``.
 
 * ``--faster CLASS=PCT``: every compute node whose name is in the class
-  (``classify.WORK_CLASSES``: ``gemm``, ``compute``) does ``PCT`` % less work
+  (``work_names.WORK_CLASSES``: ``gemm``, ``compute``) does ``PCT`` % less work
   (``work × (1 − PCT/100)``).
 * ``--faster-network PCT``: every collective's transfer does ``PCT`` % less work.
 * ``--rank-delay RANK=US``: the rank starts its step ``US`` µs later (negative: sooner, but
@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..metrics import intervals as iv
-from ..trace.classify import WORK_CLASSES
+from ..trace.work_names import WORK_CLASSES
 from . import contended
 from .contended import Roles, Tax
 from .edit import CollectiveCost, Editable, Rebucket, WorldSize, rebucket, scale_world

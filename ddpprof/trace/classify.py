@@ -22,7 +22,18 @@ import numpy.typing as npt
 
 from ..user_regex import compile_user
 from .comm_kernels import COMM_KERNEL_PATTERNS, SUSPECTED_COMM_KERNELS
+from .comm_spans import (
+    ANONYMOUS_GROUP,
+    BACKEND_COLLECTIVE,
+    C10D_COLLECTIVE,
+    COMM_LAUNCH_SPAN,
+    GROUP_KIND_SPANS,
+    GROUP_SPAN,
+    HOST_BACKENDS,
+    HOST_COMM,
+)
 from .events import RankTrace
+from .work_names import GEMM, OTHER_CATEGORY, WORK_CATEGORIES
 
 
 class Kind(IntEnum):
@@ -62,42 +73,6 @@ PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
 #: Annotations that mirror host spans on the device timeline: not a second copy of a step.
 DEVICE_ANNOTATION_CATEGORIES = frozenset({"gpu_user_annotation"})
 
-#: Host spans of a collective issued through a process-group backend: ``gloo:all_reduce``,
-#: ``nccl:broadcast``, ``hccl:allgather`` -> the collective's name.
-BACKEND_COLLECTIVE = re.compile(r"^(?P<backend>gloo|nccl|hccl|rccl|mpi|ucc|xccl):(?P<op>\w+)")
-#: Backends whose collectives run on the host, with no device kernel: their spans are the
-#: communication itself, also in a GPU trace (gloo with CUDA tensors).
-HOST_BACKENDS = frozenset({"gloo", "mpi"})
-#: Host spans on a training thread that are communication, or waiting for it, not compute.
-HOST_COMM = re.compile(
-    r"^(?:c10d::|gloo:|nccl:|hccl:|rccl:|mpi:|ucc:|xccl:|record_param_comms$)|wait"
-    # FSDP2's own spans around its collectives (torch/distributed/fsdp/_fully_shard/
-    # _fsdp_param_group.py): on gloo the thread blocks in them; all_gather_copy_out is a copy
-    r"|^FSDP::(?:all_gather(?:\s*\(|$)|post_backward_reduce)",
-    re.IGNORECASE)
-#: The c10d op by which the training thread issued a collective (``c10d::allreduce_``,
-#: ``c10d::_reduce_scatter_base_``): it names the collective, which a gloo span may not (gloo
-#: runs a reduce-scatter as an all-reduce, and names its span ``gloo:all_reduce``).
-C10D_COLLECTIVE = re.compile(r"^c10d::(?!barrier|monitored_barrier)(\w+)$")
-ALL_TO_ALL_OP = "c10d::alltoall_base_"   # (output, input, ...): received and sent tensors
-#: ddpprof's own label around the collectives of one mesh dimension (``ddpprof::group dp``,
-#: run.json's ``MeshDim.span``): the group a gloo collective went over, which gloo does not name.
-GROUP_SPAN = re.compile(r"^ddpprof::group (?P<dim>\w+)$")
-#: Spans whose collectives go over one kind of group, where nothing names the group: FSDP's
-#: own (its data-parallel shard group) and DTensor's functional collectives (tensor parallel).
-GROUP_KIND_SPANS = ((re.compile(r"^FSDP::"), "fsdp"),
-                    (re.compile(r"^_?c10d_functional::(?!wait)"), "functional"))
-#: Descriptions c10d gives groups it has no name for.
-ANONYMOUS_GROUP = frozenset({"", "undefined"})
-#: Host spans every kernel launched inside of which is communication, whatever its name
-#: (communication by structure): a collective's record, c10d and functional collective ops,
-#: symmetric-memory and expert-parallel libraries' ops, and annotations of expert-parallel
-#: dispatch and combine. Not the backends' spans (an MTIA trace's ``hccl:*`` spans enclose
-#: the model's own kernels); waits and barriers launch no transfer of their own.
-COMM_LAUNCH_SPAN = re.compile(
-    r"^(?:record_param_comms$|c10d::(?!barrier|monitored_barrier|wait)|"
-    r"_?c10d_functional::(?!wait)|symm_mem::|deep_?ep|nvshmem|"
-    r"(?:moe_|ep_)?(?:dispatch|combine)\b)", re.IGNORECASE)
 #: Host categories whose spans are work on a thread (legacy traces have no category at all).
 HOST_WORK_CATEGORIES = frozenset({"cpu_op", "user_annotation", None})
 #: The data loader's own span inside a step (``enumerate(DataLoader)#..._Iter.__next__``).
@@ -110,52 +85,14 @@ GRAD_READY = "torch::autograd::AccumulateGrad"
 #: DDP's Reducer copying one reduced gradient out of its bucket (after that bucket's collective).
 BUCKET_TO_GRADIENT = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
-#: Matrix products whose FLOPs the loader computes from their shapes (``simulate`` compares the
-#: same product's speed with and without a collective in flight): the position of the first
-#: factor among the inputs (``addmm``'s first input is the added bias).
-MATMUL_OPS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 1}
-#: Work classes that ``critical-path --faster CLASS=PCT`` speeds up: matrix products (host
-#: ops of :data:`MATMUL_OPS` and ``aten::matmul``/``aten::linear``, GEMM kernels of cuBLAS,
-#: CUTLASS and their xmma/wgmma generations), and any compute.
-GEMM = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear)$|gemm|cutlass|xmma|wgmma",
-                  re.IGNORECASE)
-WORK_CLASSES: dict[str, re.Pattern[str]] = {"gemm": GEMM, "compute": re.compile(r"")}
 
 
 def work_class(name: str) -> str:
     """The overlap tax's class of a compute op or kernel (``metrics.tax.WORK_CLASSES``):
-    ``gemm`` (:data:`WORK_CLASSES`' matrix products), else ``other``."""
+    ``gemm`` (``work_names.WORK_CLASSES``' matrix products), else ``other``."""
     return "gemm" if GEMM.search(name) else "other"
 
 
-#: Categories of compute (kernels on a GPU, host ops on a CPU run) for the step-time
-#: attribution of ``ddpprof diff``: the first whose pattern is found in the name. Convolutions
-#: and embeddings come before GEMM (cuDNN's implicit-GEMM kernels are convolutions, FBGEMM's
-#: embedding kernels are not matrix products), norms before reductions (a layer norm's
-#: moments are its own), copies before elementwise.
-WORK_CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern, re.IGNORECASE)) for name, pattern in (
-        ("optimizer", r"multi_tensor_apply|fused_adam|adamw?_|_foreach_|lamb_|sgd_"),
-        ("attention", r"flash|fmha|attention|attn|sdpa|scaled_dot_product|\bmha"),
-        ("conv", r"conv|fprop|dgrad|wgrad|winograd|cudnn"),
-        ("embedding", r"embedding|fbgemm_gpu::|index_?select|gather|scatter|index_add|"
-                      r"^aten::index(?:_put_?)?$"),
-        ("gemm", GEMM.pattern + r"|gemv|splitkreduce|cublas|triton_tem"),
-        ("norm", r"norm|softmax|moments"),
-        ("reduction", r"reduce|scan|sum\b|sum_|mean|nll_loss|cross_entropy|argmax|argmin|topk|"
-                      r"sort|triton_red|triton_per|aten::(?:max|min|amax|amin|prod|all|any)$"),
-        ("copy", r"copy|catarray|^aten::(?:cat|contiguous|to|_to_copy|clone|stack)$"),
-        ("elementwise", r"elementwise|pointwise|triton_poi|functor|^aten::(?:add|sub|rsub|mul|div|"
-                        r"neg|abs|exp|log|pow|sqrt|rsqrt|reciprocal|sign|relu|gelu|silu|"
-                        r"sigmoid|tanh|erf|threshold|hardtanh|leaky_relu|softplus|mish|dropout|"
-                        r"native_dropout|clamp|where|masked_fill|fill|zero|addcmul|addcdiv|lerp|"
-                        r"maximum|minimum|eq|ne|lt|le|gt|ge|logical_\w+|bitwise_\w+)"
-                        r"(?:_backward)?_?$"),
-    ))
-#: Categories that are not read from a name: work inside an ``Optimizer.*`` span (the
-#: optimizer's step, or a kernel launched from it), work inside the data loader's span, and
-#: everything no pattern names.
-OPTIMIZER_CATEGORY, DATALOADER_CATEGORY, OTHER_CATEGORY = "optimizer", "data loading", "other"
 #: Spans in which the training thread waits for communication and computes nothing: ddpprof's
 #: ``ddpprof::wait``, any other ``*wait*`` span, and FSDP2's collectives, which block the
 #: thread on gloo.
@@ -245,21 +182,8 @@ LAUNCH_CALL = re.compile(r"^(?:cuda|hip)(?:Ext)?Launch|^cuLaunch|^(?:cuda|hip)Me
                          r"^(?:cuda|hip)Memset|^cuMemcpy|^cuMemset")
 
 
-def format_notes(trace: RankTrace, stream: np.ndarray) -> list[str]:
-    """What was assumed about a trace that is not what it seems: a Chrome trace that no
-    PyTorch profiler wrote (no ``schemaVersion``, none of its categories), and a trace whose
-    launches have no device activity recorded."""
-    notes = []
-    if not trace.has_schema_version and not PROFILER_CATEGORIES & set(trace.category):
-        notes.append("not a PyTorch profiler trace (no schemaVersion, no Kineto categories): "
-                     "its complete events were read as host work on their threads, none as "
-                     "device work; ddpprof's figures assume PyTorch's profiler")
-    launches = per_name(trace, lambda n: bool(LAUNCH_CALL.match(n))) & (stream < 0)
-    if launches.any() and not (stream >= 0).any():
-        notes.append(f"device activity not recorded ({int(launches.sum())} launches, no "
-                     "kernel or copy on a device: profiled without the device activity?): the "
-                     "figures are the host's")
-    return notes
+def launches_device_work(name: str) -> bool:
+    return bool(LAUNCH_CALL.match(name))
 
 
 def is_host_record(category: str | None) -> bool:

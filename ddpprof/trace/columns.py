@@ -22,6 +22,7 @@ from . import args as meaning
 from . import classify
 from .decode_events import ABSENT, Args, Event
 from .events import CommArgs
+from .work_names import MATMUL_OPS
 
 #: ``ph`` values of events with a duration; legacy traces may omit ``ph`` altogether.
 _COMPLETE = frozenset({"X", None})
@@ -152,7 +153,7 @@ class Columns:
         """Which of these kept events (by name code) :meth:`keep_arguments` may read the
         arguments of, a collective's aside."""
         rows = np.array(self.wants_args, dtype=bool)[name_code]
-        for name in (classify.GRAD_READY, *classify.MATMUL_OPS):
+        for name in (classify.GRAD_READY, *MATMUL_OPS):
             code = self.names.get(name)
             if code is not None:
                 rows |= name_code == code
@@ -176,7 +177,7 @@ class Columns:
                 size = meaning.bytes_from_shapes(args[i])
                 if size is not None:
                     self.grad_bytes[self.count + i] = size
-        for name, first in classify.MATMUL_OPS.items():
+        for name, first in MATMUL_OPS.items():
             code = self.names.get(name)
             for i in np.flatnonzero(name_code == code).tolist() if code is not None else ():
                 flops = meaning.matmul_flops(args[i], first)

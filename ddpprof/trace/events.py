@@ -77,7 +77,7 @@ class RankTrace:
     ts_missing: bool = False
     comm_args: dict[int, CommArgs] = field(default_factory=dict)  # by event index
     grad_bytes: dict[int, int] = field(default_factory=dict)  # AccumulateGrad: its gradient
-    matmul_flops: dict[int, float] = field(default_factory=dict)  # classify.MATMUL_OPS: 2·M·K·N
+    matmul_flops: dict[int, float] = field(default_factory=dict)  # work_names.MATMUL_OPS: 2·M·K·N
     dropped_events: int = 0           # complete-looking events without a usable start or end
     shortened_names: int = 0          # names longer than ``names.MAX_NAME_CHARS``, shortened
     #: The document declares a ``schemaVersion`` (Kineto's object form does).
