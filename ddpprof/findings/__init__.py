@@ -27,7 +27,8 @@ RULES: tuple[Callable[[RunResult, CapAdvice | None], Finding | None], ...] = (
 #: small buckets because they block. Ordered so that a finding comes before those it
 #: hides.
 SUPERSEDES = {"bucket_cap_too_large": ("no_overlap",),
-              "no_overlap": ("exposed_tail", "comm_bound", "bucket_cap_too_small"),
+              "no_overlap": ("exposed_tail", "comm_bound", "bucket_cap_too_small",
+                             "latency_bound"),
               "comm_bound": ("grad_accum_opportunity", "exposed_tail"),
               "bucket_cap_too_small": ("latency_bound",)}
 

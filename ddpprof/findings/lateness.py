@@ -184,6 +184,28 @@ class Excess:
     others_untraced_ms: float       # the others' (median over ranks)
 
 
+def turn_excess(ranks: Sequence[RankResult], late: Lateness, min_wait_ms: float
+                ) -> tuple[float, float]:
+    """Where the others waited at least ``min_wait_ms`` for a rank, what that rank spent
+    beyond them (their median) in that step, mean over those steps (ms): its untraced time
+    (idle, no op running: a pause, a sleep, data made outside any op) and its op time (the
+    same or more work taking longer)."""
+    untraced, work = [], []
+    by_rank = {r.rank: r.parts for r in ranks}
+    for s, rank in enumerate(late.late_rank):
+        mine = by_rank.get(rank) if rank is not None else None
+        others = [p for r, p in by_rank.items() if r != rank and p is not None]
+        if mine is None or not others or late.others_wait_ms(s) < min_wait_ms:
+            continue
+        step = [late.steps[s]]
+        untraced.append(float(_per_step(mine, step, True)[0]) - float(
+            np.median([_per_step(p, step, True)[0] for p in others])))
+        work.append(float(_per_step(mine, step, False)[0]) - float(
+            np.median([_per_step(p, step, False)[0] for p in others])))
+    return (float(np.mean(untraced)) if untraced else 0.0,
+            float(np.mean(work)) if work else 0.0)
+
+
 def _per_step(parts: RankParts, steps: list[str], idle: bool) -> np.ndarray:
     """Per step (``steps``, by name): the op time (``idle`` False) or the idle time, ms."""
     rows = [k for k, key in enumerate(parts.parts)

@@ -24,7 +24,7 @@ import statistics
 from dataclasses import replace
 
 from ..analysis.results import RunResult
-from .lateness import Excess, Lateness, excess, run_lateness
+from .lateness import Excess, Lateness, excess, run_lateness, turn_excess
 from .model import CapAdvice, Evidence, Finding, finding
 
 # Thresholds, named as docs/findings.md names them.
@@ -231,20 +231,31 @@ def _rotating(run: RunResult, late: Lateness, waiting: int) -> Finding | None:
     counts = {r: late.late_steps(r, threshold) for r in late.ranks}
     listed = ", ".join(f"rank {r} in {k}" for r, k in counts.items() if k)
     share = wait / step
+    # what the late rank of each step did beyond the others in it: a pause (untraced time)
+    # is a cause to look for; its ops merely taking longer in turn is the noise of shared
+    # cores, which no one change removes: never high
+    untraced_ms, work_ms = turn_excess(run.ranks, late, threshold)
+    paused = waiting >= 3 and untraced_ms >= EXPLAINED * wait
+    what = (f"each step's late rank spends {untraced_ms:.3g} ms more than the others with no "
+            "op running (a pause outside traced work: garbage collection, data made outside "
+            "the profiler's ops, a sleep, logging)" if paused else
+            f"each step's late rank is late mostly because its own ops take longer "
+            f"({work_ms:.3g} ms more than the others' in that step, {untraced_ms:.3g} ms with "
+            "no op running): the noise of shared cores or devices, or uneven batches")
     return _not_high_unless_sure(finding(
         run, "rotating_straggler", share,
         f"the rank the others wait for changes from step to step ({listed} of the "
         f"{waiting} steps with waiting): they wait {wait:.3g} ms per step "
-        f"({100 * share:.0f}% of the step), but no one rank is to blame. Look for what slows "
-        "a different rank each step: other work on shared hosts, garbage collection or other "
-        "pauses, uneven batches.",
+        f"({100 * share:.0f}% of the step), but no one rank is to blame; {what}.",
         [Evidence("ranks_waited_for", len([k for k in counts.values() if k])),
          Evidence("most_steps_one_rank", max(counts.values())),
          Evidence("steps_with_waiting", waiting),
          Evidence("steps_analyzed", len(late.steps)),
          Evidence("others_waiting_ms_per_step", round(wait, 3), "ms"),
+         Evidence("late_rank_untraced_ms_per_step", round(untraced_ms, 3), "ms"),
+         Evidence("late_rank_extra_op_ms_per_step", round(work_ms, 3), "ms"),
          Evidence("share_of_step", round(100 * share, 1), "%")], 100 * share,
-        confidence="medium" if waiting >= 3 else "low"))
+        confidence="medium" if paused else "low"))
 
 
 def _compute_skew(run: RunResult) -> Finding | None:
