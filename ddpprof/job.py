@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .analysis import AnalysisOptions, analyze_paths
 from .analysis.executors import Progress
@@ -22,7 +22,6 @@ from .analysis.rows import RunRow, run_row
 from .errors import UsageError
 from .findings import findings
 from .gate import GateRun
-from .graph.whatif import Edit
 from .job_results import (
     BreakdownResult,
     BucketsResult,
@@ -46,6 +45,9 @@ from .manifest import MANIFEST_NAME
 from .simulate.advice import cap_advice_for_runs, cap_advice_within
 from .trace.discover import RunInput
 from .trace.storage import Location, location_of
+
+if TYPE_CHECKING:   # the graphs' machinery is imported where a replay is made, not by analyze
+    from .graph.whatif import Edit
 
 __all__ = ["Job", "JobSet", "analysis_options"]
 

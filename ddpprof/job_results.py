@@ -19,13 +19,15 @@ from .analysis.results import RankResult
 from .diff.compare import PairDiff
 from .findings import Finding
 from .gate import Verdict
-from .graph.summary import SplitRow, StepPath
 from .memory import RankComparison, StageEstimate
 from .metrics.tax import TaxRow
 from .simulate.results import Prediction, SimulateRow
 
 if TYPE_CHECKING:
     import pandas
+
+    # the graphs' machinery is imported where a replay is made, not by analyze
+    from .graph.summary import StepPath
 
 
 def frame(rows: Sequence[Any], row_type: type) -> pandas.DataFrame:
@@ -216,6 +218,8 @@ class CriticalPathResult:
         """The path's split: one row per step, category and rank."""
         import pandas
 
+        from .graph.summary import SplitRow
+
         return pandas.DataFrame([{"step": s.step, **msgspec.to_builtins(row)}
                                  for s in self.steps for row in s.split],
                                 columns=["step", *(f.name for f in msgspec.structs.fields(
@@ -226,7 +230,7 @@ class CriticalPathResult:
 class FindingsResult:
     """What to change (``ddpprof.findings``), ranked by estimated gain."""
 
-    run: str
+    run: str                        # "" for a JobSet's, over every run (each finding names its)
     findings: tuple[Finding, ...]
 
     def to_pandas(self) -> pandas.DataFrame:
