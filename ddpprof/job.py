@@ -56,9 +56,9 @@ OnRun = Callable[[int, int, RunInput], None]
 
 
 def analysis_options(keep_last_step: bool, per_step: bool, hta_compat: bool,
-             comm_kernels: Sequence[str], structural_comm: bool, engine: str,
-             jobs: int | None, scheduler: str | None, step_graphs: bool,
-             max_graph_steps: int | None) -> AnalysisOptions:
+                     comm_kernels: Sequence[str], structural_comm: bool, engine: str,
+                     jobs: int | None, scheduler: str | None, step_graphs: bool,
+                     max_graph_steps: int | None) -> AnalysisOptions:
     """``ddpprof analyze``'s options, the comm-kernel expressions checked (and the graphs its
     bucket-cap advice replays: ``replay_graphs``)."""
     from .trace.classify import validate_comm_patterns
