@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import progress
-from ..analysis import AnalysisOptions, analyze_paths, to_json_document
-from ..findings import findings
+from ..analysis import to_json_document
 from ..hang.finding import hang_findings
+from ..job import JobSet, analysis_options
 from ..report import console
 from ..report.output import Output, Outputs
-from ..simulate.advice import cap_advice_for_runs
 from ..trace.storage import location_of, report_name
 
 if TYPE_CHECKING:
@@ -25,25 +24,21 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
             engine: str, keep_last_step: bool, jobs: int | None, scheduler: str | None,
             outputs: Outputs, critical_path: bool = False, structural_comm: bool = True
             ) -> Output:
-    from ..trace.classify import validate_comm_patterns
-
-    options = AnalysisOptions(
-        keep_last_step=keep_last_step, per_step=per_step, hta_compat=hta_compat,
-        comm_kernels=tuple(validate_comm_patterns(comm_kernels)),
-        structural_comm=structural_comm, engine=engine, jobs=jobs,
-        scheduler=scheduler or None, replay_graphs=True, step_graphs=critical_path)
+    options = analysis_options(keep_last_step, per_step, hta_compat, comm_kernels,
+                               structural_comm, engine, jobs, scheduler or None,
+                               step_graphs=critical_path, max_graph_steps=None)
     locations = [location_of(path) for path in paths]
     page_name = report_name(locations[0]) if len(locations) == 1 else "report"
     outputs.check(page_name)
     options = replace(options, timeline=outputs.page(page_name) is not None)
     with progress.ranks(outputs.quiet) as (on_run, on_rank):
-        analysis = analyze_paths(locations, options, on_run=on_run, on_rank=on_rank)
+        found = JobSet.analyze(locations, options, on_run=on_run, on_rank=on_rank)
+    analysis = found.analysis
     outputs.check(page_name, files=[*(Path(r.path) for run in analysis.runs for r in run.ranks),
                                     *(Path(run.folder) / "run.json" for run in analysis.runs)],
                   what="a trace being analyzed")
     # a run that hung: its Flight Recorder dumps' diagnosis comes first
-    advice = hang_findings(analysis.unfinished) + findings(
-        analysis.runs, cap_advice_for_runs(analysis.runs))
+    advice = hang_findings(analysis.unfinished) + list(found.findings().findings)
     runs_table, flagged = console.run_table(analysis, advice)
     tables = [runs_table]
     if (groups := console.group_table(analysis)) is not None:

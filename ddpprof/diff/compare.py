@@ -112,7 +112,7 @@ class ConfigChange(msgspec.Struct, frozen=True):
     after: str
 
 
-class PairDiff(msgspec.Struct, kw_only=True):
+class PairDiff(msgspec.Struct, kw_only=True, frozen=True):
     """One pair of sides: what changed between them."""
 
     before: str                         # what the sides are called (the paths given)

@@ -137,6 +137,12 @@ def pooled_cost(runs: list[RunResult]) -> dict[ModelKey, CostModel]:
     return pooled
 
 
+def cap_advice_within(run: RunResult, runs: list[RunResult]) -> CapAdvice | None:
+    """``cap_advice`` for ``run`` as :func:`cap_advice_for_runs` gives it when ``run`` is
+    analyzed among ``runs`` (which hold it): its fit borrows theirs where its own fails."""
+    return cap_advice(run, pooled_cost(runs).get(_model_key(run)))
+
+
 def cap_advice_for_runs(runs: list[RunResult]) -> dict[str, CapAdvice]:
     """``cap_advice`` for every run: replayed where the analysis made its step graphs
     (``AnalysisOptions.replay_graphs``: ddpprof recorded it, from a local folder, and its
