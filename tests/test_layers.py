@@ -52,7 +52,6 @@ LOCAL_IMPORTS = sorted([
     "ddpprof.cli: ddpprof.report.ascii",
     "ddpprof.commands.analyze: ddpprof.commands.critical_path",
     "ddpprof.commands.analyze: ddpprof.report.html",
-    "ddpprof.commands.analyze: ddpprof.trace.classify",
     "ddpprof.commands.bench: ddpprof.bench",
     "ddpprof.commands.bench: ddpprof.record.launcher",
     "ddpprof.commands.bench: ddpprof.report.console",
@@ -87,7 +86,7 @@ LOCAL_IMPORTS = sorted([
     "ddpprof.graph.whatif: ddpprof.graph.edit",
     "ddpprof.memory: ddpprof.options",
     "ddpprof.options: ddpprof.metrics.registry",
-    "ddpprof.options: ddpprof.metrics.registry",
+    "ddpprof.param_types: ddpprof.metrics.registry",
     "ddpprof.options: ddpprof.report.output",
     "ddpprof.options: ddpprof.trace.work_names",
     "ddpprof.options: ddpprof.variants",
@@ -119,6 +118,15 @@ LOCAL_IMPORTS = sorted([
     "ddpprof.report.table: rich.table",
     "ddpprof.report.table: rich.text",
     "ddpprof.user_regex: re2",
+    # the facade (ddpprof.Job): each analyzer loads its machinery when first called, so that
+    # ``import ddpprof`` and ``analyze`` stay as light as before (tests/test_no_torch.py)
+    "ddpprof: ddpprof.job",
+    "ddpprof.job: ddpprof.analysis", "ddpprof.job: ddpprof.diff.compare",
+    "ddpprof.job: ddpprof.diff.noise", "ddpprof.job: ddpprof.diff.profile",
+    "ddpprof.job: ddpprof.gate", "ddpprof.job: ddpprof.gate", "ddpprof.job: ddpprof.graph.summary",
+    "ddpprof.job: ddpprof.memory", "ddpprof.job: ddpprof.options",
+    "ddpprof.job: ddpprof.simulate.run", "ddpprof.job: ddpprof.simulate.sources",
+    "ddpprof.job: ddpprof.trace.classify", "ddpprof.job_results: ddpprof.graph.summary",
 ])
 
 #: What ``metrics/`` (pure functions on arrays) must never import.
