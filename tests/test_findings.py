@@ -120,7 +120,11 @@ def test_latency_bound(tmp_path):
     found = codes(folder, advice)["latency_bound"]
     assert {e.name: e.value for e in found.evidence}["mean_bytes_per_call"] == 4000
     assert "latency_bound" not in codes(folder, CapAdvice(10_000))
-    assert "latency_bound" not in codes(folder)   # no cost curve: no claim
+    # no cost model: 4,000 B calls against the 64 KiB floor, said so, at medium confidence
+    floor = codes(folder)["latency_bound"]
+    evidence = {e.name: e.value for e in floor.evidence}
+    assert (evidence["half_bandwidth_bytes"], evidence["half_bandwidth_from"]) == (65536, "floor")
+    assert floor.confidence == "medium" and "no cost model for this run" in floor.message
 
 
 def test_latency_bound_on_a_foreign_trace_fits_its_own_transfers(tmp_path):

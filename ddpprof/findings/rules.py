@@ -220,10 +220,12 @@ def exposed_tail(run: RunResult, advice: CapAdvice | None) -> Finding | None:
 
 def no_overlap(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     """Communication is blocking: none of it hides behind compute (on the rank the others wait
-    for: the others' collectives also hold their wait for it)."""
+    for: the others' collectives also hold their wait for it). A step with next to no compute
+    (under EXPOSED_PCT of the window) has nothing to hide it behind: no claim."""
     rank = reference_rank(run)
     overlap, exposed = rank.breakdown.overlap_pct, 100 * exposed_share(run, rank)
-    if overlap is None or overlap >= NO_OVERLAP_PCT or exposed < EXPOSED_PCT:
+    if overlap is None or overlap >= NO_OVERLAP_PCT or exposed < EXPOSED_PCT \
+            or rank.breakdown.compute_pct < EXPOSED_PCT:
         return None
     if foreign(run):
         remedy = ("launch the reductions asynchronously (DDP's gradient hooks, FSDP's "
