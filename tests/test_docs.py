@@ -51,6 +51,16 @@ NOT_RUN = {
     "ddpprof simulate sweep/": "needs a sweep (minutes) to compare with",
     "ddpprof memory --model-path DIR": "needs a Hugging Face checkpoint",
     "ddpprof analyze s3://": "needs a Dask cluster and a bucket",
+    # a run that hangs until its timeout, and its diagnosis: tests/test_hang_recorded.py
+    # records and diagnoses every hang kind
+    "ddpprof record --variant pytorch_ddp --model mlp-small --timeout-s": "a hanging run",
+    "ddpprof record --variant pytorch_ddp --model mlp-small --global-batch 256 --timeout-s":
+        "a hanging run",
+    "ddpprof hang": "a hanging run's dumps (tests/test_hang_recorded.py)",
+    # faults for the diagnosis benchmark: tests/test_fault_injection.py records them
+    "ddpprof record --variant pytorch_ddp --model mlp-small --fault": "a run with a fault",
+    "ddpprof record --variant pytorch_ddp --model mlp-small --nproc 3 --fault":
+        "a run with a fault",
 }
 sys.path.insert(0, str(REPO / "scripts"))
 #: Stand-ins for the inputs the examples name, made from the one recording the README's

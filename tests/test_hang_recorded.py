@@ -26,6 +26,9 @@ TRAIN = str(REPO / "workloads" / "train.py")
 HANG_FAULTS = str(REPO / "workloads" / "hang_faults.py")
 TINY = ["--model", "mlp-tiny", "--global-batch", "16", "--steps", "5", "--wait", "1",
         "--warmup", "1", "--active", "1", "--timeout-s", "5"]
+#: The runs recorded together: at most 6 ranks at a time on CI's 2 cores (all 16 at once,
+#: beside the other test worker, let a 5 s collective timeout fire where a rank was only slow)
+BATCHES = (("skip", "wrong", "size"), ("exit", "sleep", "clean"), ("group",))
 #: run name: (variant, ranks, --fault or None)
 RUNS = {
     "skip": ("pytorch_ddp", 2, "skip_collective:1:4"),
@@ -43,18 +46,20 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("hangs")
-    started = {}
-    for name, (variant, ranks, fault) in RUNS.items():
-        command = [sys.executable, "-m", "ddpprof.cli", "record", "--variant", variant,
-                   "--nproc", str(ranks), *TINY, "--out", str(out), "--name", name, "--quiet",
-                   *(["--fault", fault] if fault else [])]
-        started[name] = subprocess.Popen(command, env={**os.environ, "CI": "true"},
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         text=True)
-    for name, process in started.items():
-        _, stderr = process.communicate(timeout=600)
-        expected = 0 if RUNS[name][2] is None else 1
-        assert process.returncode == expected, f"{name}: {stderr}"
+    for batch in BATCHES:
+        started = {}
+        for name in batch:
+            variant, ranks, fault = RUNS[name]
+            command = [sys.executable, "-m", "ddpprof.cli", "record", "--variant", variant,
+                       "--nproc", str(ranks), *TINY, "--out", str(out), "--name", name,
+                       "--quiet", *(["--fault", fault] if fault else [])]
+            started[name] = subprocess.Popen(command, env={**os.environ, "CI": "true"},
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)
+        for name, process in started.items():
+            _, stderr = process.communicate(timeout=600)
+            expected = 0 if RUNS[name][2] is None else 1
+            assert process.returncode == expected, f"{name}: {stderr}"
     return out
 
 
@@ -198,7 +203,13 @@ def test_a_hang_in_one_group_of_a_mesh(recorded, capsys):
     run = recorded / "group"
     code, document = hang(run, capsys)
     hang_ = document["hang"]
-    assert code == 0 and hang_["kind"] == "mismatch", hang_["summary"]
+    assert code == 0 and [c["rank"] for c in hang_["culprits"]] == [3], hang_["summary"]
+    if hang_["kind"] != "mismatch":
+        # where rank 3's data-parallel peer's dump is the earlier one, the first problem read
+        # is that peer's all-gather, which rank 3 never issued: rank 3 still, one group over
+        # (the order of the two groups' problems follows the dumps' times, not the cause)
+        assert hang_["kind"] == "not_reached" and hang_["collective"]["group_ranks"] == [1, 3]
+        return
     assert (hang_["collective"]["group_label"], hang_["collective"]["group_ranks"]) == \
         ("tp", [2, 3])
     culprit = hang_["culprits"][0]

@@ -115,7 +115,7 @@ def test_the_plain_install_analyzes_without_torch(tmp_path):
                         "--latency-us", "5", "--world-size", "2", "--json", "s.json", "--html")
     assert simulated.returncode == 0, simulated.stderr
     assert json.loads((tmp_path / "s.json").read_text())["rows"]
-    assert (tmp_path / "reports" / "simulate.html").is_file()
+    assert (tmp_path / "reports" / "simulated-simulate.html").is_file()   # <run>-simulate
     for command in ("record", "bench", "sweep", "calibrate"):
         refused = ddpprof(command)
         assert refused.returncode == 2
