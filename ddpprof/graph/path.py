@@ -183,14 +183,16 @@ def critical_path(graph: StepGraph, columns: GraphColumns | None = None,
         here = nodes[node]
         chain.append((node, None))
         edges = c.in_edges[c.in_ptr[node]:c.in_ptr[node + 1]]
-        ready = s.end_us[c.src[edges]] + c.gap[edges] if edges.size else np.empty(0)
-        binding = [int(k) for k, at in zip(edges, ready, strict=True)
-                   if at >= s.start_us[node] - TIE_US]
-        if not binding:
+        if not edges.size:
             break
-        k = max(binding, key=lambda k: (s.end_us[c.src[k]],
-                                        nodes[int(c.src[k])].rank == here.rank,
-                                        nodes[int(c.src[k])].lane == here.lane))
+        binding = edges[s.end_us[c.src[edges]] + c.gap[edges] >= s.start_us[node] - TIE_US]
+        if not binding.size:
+            break
+        # most nodes have one binding edge: the tie-break only where there are several
+        k = int(binding[0]) if binding.size == 1 else max(
+            map(int, binding), key=lambda k: (s.end_us[c.src[k]],
+                                              nodes[int(c.src[k])].rank == here.rank,
+                                              nodes[int(c.src[k])].lane == here.lane))
         chain[-1] = (node, k)
         node = int(c.src[k])
     pieces = _waiting(graph, c, s, chain, _pieces(graph, s, chain, home_start))
