@@ -58,7 +58,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ddpprof.manifest import read_manifest  # noqa: E402
+from ddpprof.run.manifest import read_manifest  # noqa: E402
 from workloads.faults import FAULT_KINDS, Fault  # noqa: E402
 
 #: What each model trains with: its variant, bucket cap (about a quarter of its gradient

@@ -49,10 +49,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ddpprof.analysis import analyze_paths  # noqa: E402
+from ddpprof.analysis.profile import RunProfile, run_profile  # noqa: E402
 from ddpprof.diff.compare import PairDiff, diff_pair  # noqa: E402
 from ddpprof.diff.noise import RunNoise, fit_run_noise  # noqa: E402
-from ddpprof.diff.profile import RunProfile, run_profile  # noqa: E402
-from ddpprof.manifest import read_manifest  # noqa: E402
+from ddpprof.run.manifest import read_manifest  # noqa: E402
 
 #: Random draws of three recordings a side.
 DRAWS = 100

@@ -51,9 +51,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ddpprof.analysis import analyze_paths  # noqa: E402
-from ddpprof.manifest import read_manifest  # noqa: E402
+from ddpprof.core.storage import location_of  # noqa: E402
+from ddpprof.run.manifest import read_manifest  # noqa: E402
 from ddpprof.simulate.run import simulate_run  # noqa: E402
-from ddpprof.trace.storage import location_of  # noqa: E402
 from ddpprof.variants import BUCKETED_VARIANT_NAMES  # noqa: E402
 
 

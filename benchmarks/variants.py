@@ -14,8 +14,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from ddpprof.record.config import RunConfig
 from ddpprof.record.launcher import Recording, record
+from ddpprof.run.config import RunConfig
 
 VARIANTS = ("pytorch_ddp", "bucket_ddp_async")
 

@@ -15,16 +15,16 @@ import rich_click.rich_click as help_style
 from rich_click import RichCommand, RichGroup
 
 from . import __version__
-from . import option_groups as g
-from . import options as o
 from .commands.variants import help_text
-from .errors import Interrupted, RunFailed, UsageError, describe_os_error, without_secrets
-from .options import exits
-from .processes import import_numpy_with_one_blas_thread
-from .record.config import option_fields, record_option_fields
+from .core.errors import Interrupted, RunFailed, UsageError, describe_os_error, without_secrets
+from .core.processes import import_numpy_with_one_blas_thread
+from .grammar import groups as g
+from .grammar import options as o
+from .grammar.options import exits
 from .record.faults import FAULT, kind_names
-from .report.output import Output, Outputs, emit
-from .report.table import terminal_text
+from .render.output import Output, Outputs, emit
+from .render.table import terminal_text
+from .run.config import option_fields, record_option_fields
 from .variants import DEFAULT_BUCKET_CAP_MIB
 
 help_style.OPTIONS_TABLE_COLUMN_TYPES = ["required", "opt_short", "opt_long", "help"]
@@ -237,7 +237,7 @@ def variants(outputs: Outputs) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input is one line on stderr and exit 2; a failed run is one line and
     exit 1; a signal that stopped a recording is exit 128 + its number."""
-    from .report.ascii import install
+    from .render.ascii import install
 
     install()       # a stream that cannot encode a rule, an arrow or µ gets ASCII
     try:
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail(error.format_message() if isinstance(error, click.ClickException) else str(error),
               1)
     except MemoryError:
-        from .processes import out_of_memory
+        from .core.processes import out_of_memory
 
         _fail(out_of_memory(), 2)
     except click.exceptions.Abort:

@@ -14,14 +14,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from .advice import findings
+from .advice.bucket_cap import cap_advice_for_runs, cap_advice_within
 from .analysis import AnalysisOptions, analyze_paths
 from .analysis.executors import Progress
 from .analysis.group_rows import group_rows, rank_group_rows
 from .analysis.results import Analysis, RunResult
 from .analysis.rows import RunRow, run_row
-from .errors import UsageError
-from .findings import findings
-from .gate import GateRun
+from .core.errors import UsageError
+from .core.storage import Location, location_of
+from .gate.rules import GateRun
 from .job_results import (
     BreakdownResult,
     BucketsResult,
@@ -41,10 +43,8 @@ from .job_results import (
     SimulationResult,
     WaitsResult,
 )
-from .manifest import MANIFEST_NAME
-from .simulate.advice import cap_advice_for_runs, cap_advice_within
+from .run.manifest import MANIFEST_NAME
 from .trace.discover import RunInput
-from .trace.storage import Location, location_of
 
 if TYPE_CHECKING:   # the graphs' machinery is imported where a replay is made, not by analyze
     from .graph.whatif import Edit
@@ -140,7 +140,7 @@ class Job:
         """The run at ``path`` (a run folder, a trace, or a URL), analyzed once with the
         options of ``ddpprof analyze`` (``analysis.AnalysisOptions``; ``step_graphs``: also
         the steps' graphs, which :meth:`critical_path` and :meth:`simulate` replay, else
-        they read the traces again on first use). Raises :class:`ddpprof.errors.UsageError`
+        they read the traces again on first use). Raises :class:`ddpprof.core.errors.UsageError`
         when the run cannot be analyzed, did not finish recording, or ``path`` holds
         several runs (naming them: :meth:`load_all` analyzes them all)."""
         found = cls.load_all(path, keep_last_step=keep_last_step, per_step=per_step,
@@ -291,7 +291,7 @@ class Job:
         return CriticalPathResult(self.name, tuple(steps), tuple(notes))
 
     def findings(self) -> FindingsResult:
-        """What to change, ranked (``ddpprof.findings``), with the simulator's bucket-cap
+        """What to change, ranked (``ddpprof.advice``), with the simulator's bucket-cap
         advice as ``ddpprof analyze`` gives it."""
         return self._findings
 
@@ -303,13 +303,13 @@ class Job:
 
     def memory(self) -> MemoryResult:
         """The run's measured memory per rank beside the estimate for its variant
-        (``memory.compare_run``). Raises :class:`ddpprof.errors.UsageError` for a run without
+        (``memory.compare_run``). Raises :class:`ddpprof.core.errors.UsageError` for a run without
         a ``run.json`` that measured memory (a trace ddpprof did not record)."""
         return self._memory
 
     @cached_property
     def _memory(self) -> MemoryResult:
-        from .memory import compare_run
+        from .memory.estimate import compare_run
 
         folder = location_of(self.run.folder)
         if isinstance(folder, str) or not (folder / MANIFEST_NAME).is_file():
@@ -324,9 +324,9 @@ class Job:
     def diff(self, other: Job, significance: float = 0.95) -> DiffResult:
         """Why ``other``'s step differs from this one's (``ddpprof diff``: this job before,
         ``other`` after), each part against the run-to-run noise."""
+        from .analysis.profile import run_profile
         from .diff.compare import diff_pair
         from .diff.noise import DEFAULT_NOISE
-        from .diff.profile import run_profile
 
         before, after = run_profile(self.run), run_profile(other.run)
         if before is None or after is None:
@@ -340,7 +340,7 @@ class Job:
         bucket cap and world size asked for, with ``edits`` (``graph.whatif.Edit``, as
         ``--faster gemm=20`` parses to ``Edit("faster", "gemm", 20)``) applied to every
         row. Without ``step_graphs`` at :meth:`load`, the traces are read again (once)."""
-        from .options import check_rank_edits
+        from .grammar.options import check_rank_edits
         from .simulate.run import simulate
         from .simulate.sources import Costs
 
@@ -360,7 +360,7 @@ class Job:
         """``ddpprof gate``: each rule (``gate.parse_rule``; by default
         ``overlap_pct >= baseline - 2``) on this job against ``baseline``: another job, or an
         ``analyze --json`` file."""
-        from . import gate as gating
+        from .gate import rules as gating
 
         parsed = [gating.parse_rule(text) for text in rules or (gating.DEFAULT_RULE,)]
         with_findings = any(r.metric.startswith("findings") for r in parsed)
@@ -379,7 +379,7 @@ class Job:
 
     def _gate_runs(self, with_findings: bool) -> list[GateRun]:
         from .analysis import to_json_document
-        from .gate import runs_of
+        from .gate.rules import runs_of
 
         found = list(self.findings().findings) if with_findings else None
         return runs_of(to_json_document(Analysis([self.run], []), found), self.name)

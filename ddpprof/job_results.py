@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from .advice import Finding
 from .analysis.buckets import BucketRow
 from .analysis.group_rows import GroupRankRow, GroupRow
 from .analysis.results import RankResult
 from .diff.compare import PairDiff
-from .findings import Finding
-from .gate import Verdict
-from .memory import RankComparison, StageEstimate
+from .gate.rules import Verdict
+from .memory.estimate import RankComparison, StageEstimate
 from .metrics.tax import TaxRow
 from .simulate.results import Prediction, SimulateRow
 
@@ -228,7 +228,7 @@ class CriticalPathResult:
 
 @dataclass(frozen=True)
 class FindingsResult:
-    """What to change (``ddpprof.findings``), ranked by estimated gain."""
+    """What to change (``ddpprof.advice``), ranked by estimated gain."""
 
     run: str                        # "" for a JobSet's, over every run (each finding names its)
     findings: tuple[Finding, ...]

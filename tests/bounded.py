@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ddpprof import atomic
+from ddpprof.core import atomic
 
 
 @dataclass

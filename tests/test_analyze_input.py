@@ -16,11 +16,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ddpprof.analysis import AnalysisOptions, LastStep
+from ddpprof.analysis import AnalysisOptions
 from ddpprof.analysis.rank import analyze_rank
-from ddpprof.errors import UsageError
+from ddpprof.core.errors import UsageError
 from ddpprof.trace.classify import step_names
 from ddpprof.trace.events import RankTrace
+from ddpprof.trace.last_step import LastStep
 from ddpprof.trace.loader import TraceError, load
 
 # ---- trace builders ----------------------------------------------------------------------

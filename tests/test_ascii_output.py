@@ -1,6 +1,6 @@
 """Every command writes to a terminal that cannot encode its rules, arrows and µ
 (``PYTHONIOENCODING=ascii``, a C or Latin-1 locale): what the stream's encoding lacks is
-written as ASCII that reads the same (``ddpprof/report/ascii.py``), never a
+written as ASCII that reads the same (``ddpprof/render/ascii.py``), never a
 ``UnicodeEncodeError`` (the code before ended ``analyze``, ``gate``, ``diff`` and
 ``critical-path`` so). Each command runs here in this process, its standard streams made
 ASCII ones."""
@@ -16,8 +16,8 @@ import pytest
 from test_hostile_inputs import GIVEN_COST
 from test_hostile_outputs import two_rank_run
 
-from ddpprof import atomic
-from ddpprof.report.ascii import to_ascii
+from ddpprof.core import atomic
+from ddpprof.render.ascii import to_ascii
 
 FIXTURES = Path(__file__).parent / "fixtures"
 COMMANDS = ["analyze", "gate", "diff", "critical-path", "simulate", "memory", "variants",

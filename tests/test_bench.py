@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ddpprof.bench import amdahl, configurations
+from ddpprof.bench.scaling import amdahl, configurations
 
 
 def test_amdahl_inverts_the_law():

@@ -1,5 +1,5 @@
-"""Every option value is parsed by the types of ``ddpprof/options.py``: numbers in ASCII digits
-only (``'²'`` passes ``str.isdigit`` and fails ``int``; ``'٣'`` passes ``int``), ranges
+"""Every option value is parsed by the types of ``ddpprof/grammar/options.py``: numbers in ASCII
+digits only (``'²'`` passes ``str.isdigit`` and fails ``int``; ``'٣'`` passes ``int``), ranges
 checked, and a rank checked against the run read (an unknown rank names the ranks there are),
 the gate's ``[rank=N]`` selector too; calibrate's list of sizes is counted before it is made.
 Each case failed on the code before (a traceback, a what-if of a rank that does not exist, or
@@ -12,7 +12,7 @@ from bounded import cli, one_line
 from test_hostile_inputs import GIVEN_COST
 from test_hostile_outputs import two_rank_run
 
-from ddpprof.options import ascii_decimal, ascii_whole
+from ddpprof.grammar.options import ascii_decimal, ascii_whole
 
 
 @pytest.fixture(scope="module")

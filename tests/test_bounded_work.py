@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trace_builders import kernel, step, write_trace
 
-from ddpprof.errors import without_secrets
+from ddpprof.core.errors import without_secrets
 from ddpprof.trace.decode_events import Event, lenient_event
 from ddpprof.trace.names import MAX_NAME_CHARS
 
@@ -97,7 +97,7 @@ def test_scrubbing_finds_the_passwords_the_regex_found(text):
 
 
 def test_scrubbing_is_linear_in_a_long_run_of_letters():
-    script = ("from ddpprof.errors import without_secrets as w\n"
+    script = ("from ddpprof.core.errors import without_secrets as w\n"
               "for t in ('a' * 1_000_000 + '://u:p@h', 'a://' * 250_000):\n"
               "    w(t)\n"
               "assert w('x' * 10**6 + 'http://me:pw@host') == 'x' * 10**6 + 'http://me:***@host'")
@@ -129,15 +129,9 @@ def test_a_run_of_many_groups_reads_each_call_a_bounded_number_of_times(tmp_path
         from scaling_inputs import many_groups
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    from ddpprof.analysis import (
-        AnalysisOptions,
-        analyze_paths,
-        calls,
-        device_rank,
-        host_rank,
-        rank_common,
-    )
-    from ddpprof.diff.profile import run_profile
+    from ddpprof.analysis import AnalysisOptions, analyze_paths, device_rank, host_rank, rank_common
+    from ddpprof.analysis.profile import run_profile
+    from ddpprof.trace import calls
 
     made = calls.collective_calls
     calls_made = []

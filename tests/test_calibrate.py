@@ -14,7 +14,9 @@ import time
 import msgspec
 import pytest
 
-from ddpprof.calibrate import (
+from ddpprof.core.errors import UsageError
+from ddpprof.run.manifest import Owner
+from ddpprof.simulate.calibrate import (
     Calibration,
     Fit,
     SweepResult,
@@ -23,8 +25,6 @@ from ddpprof.calibrate import (
     sweep_sizes,
     usable,
 )
-from ddpprof.errors import UsageError
-from ddpprof.manifest import Owner
 
 
 def test_sizes_grow_by_the_factor_up_to_the_largest():

@@ -59,7 +59,7 @@ def test_the_analyze_page_opens_on_the_answer(pages):
 def test_the_plotly_bundle_is_the_version_plotly_py_draws_for():
     import plotly.offline
 
-    from ddpprof.report.charts import plotly_js
+    from ddpprof.render.charts import plotly_js
 
     full = re.search(r"plotly\.js v([\d.]+)", plotly.offline.get_plotlyjs()).group(1)
     assert re.search(r"plotly\.js \(basic - minified\) v([\d.]+)", plotly_js()).group(1) == full

@@ -14,7 +14,7 @@ import pytest
 from trace_builders import span, step, write_trace
 
 from ddpprof.cli import cli
-from ddpprof.options import ListOf
+from ddpprof.grammar.options import ListOf
 from ddpprof.variants import VARIANT_NAMES
 
 COMMANDS: dict[str, click.Command] = cli.commands
@@ -101,7 +101,7 @@ def test_lists_repeat_or_take_commas_alike():
     seen = []
 
     @click.command()
-    @__import__("ddpprof.options", fromlist=["nproc_option"]).nproc_option("2")
+    @__import__("ddpprof.grammar.options", fromlist=["nproc_option"]).nproc_option("2")
     def probe(nprocs):
         seen.append(nprocs)
 

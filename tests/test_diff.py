@@ -17,10 +17,10 @@ from trace_builders import gloo_reduce, grad, span, step, synchronized_steps, wr
 
 from ddpprof.analysis import analyze_paths
 from ddpprof.analysis.parts import PartKey
+from ddpprof.analysis.profile import RunProfile, run_profile
 from ddpprof.diff.compare import STEP, diff_pair
 from ddpprof.diff.explain import contributors
 from ddpprof.diff.noise import RunNoise, t_cdf, t_quantile
-from ddpprof.diff.profile import RunProfile, run_profile
 
 #: No run-to-run noise beyond the steps: the synthetic runs repeat exactly.
 QUIET = RunNoise(relative=0.0, of_step=0.0, waiting_of_step=0.0, prior_runs=10,

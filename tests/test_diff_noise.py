@@ -17,10 +17,10 @@ from trace_builders import synchronized_steps
 
 from ddpprof.analysis import AnalysisOptions, analyze_paths
 from ddpprof.analysis.parts import PartKey
+from ddpprof.analysis.profile import RunProfile, profile_json, run_profile
 from ddpprof.diff.compare import NO_VERDICT, diff_pair
 from ddpprof.diff.noise import DEFAULT_NOISE, Setup, t_quantile
-from ddpprof.diff.profile import RunProfile, profile_json, run_profile
-from ddpprof.gate import evaluate, parse_rule, runs_of
+from ddpprof.gate.rules import evaluate, parse_rule, runs_of
 from ddpprof.report import diff as report
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -183,8 +183,8 @@ def test_gloo_cpu_recordings_like_the_prior_use_it_and_say_so(tmp_path):
 
 def made(name: str, series: list[float], host_cores: int | None = None) -> RunProfile:
     """A one-part CPU run with these steps (``host_cores``: recorded by ddpprof, gloo)."""
-    from ddpprof.manifest import RunMeasurements
-    from ddpprof.record.config import RunConfig
+    from ddpprof.run.config import RunConfig
+    from ddpprof.run.manifest import RunMeasurements
 
     config = RunConfig(backend="gloo") if host_cores else None
     measured = RunMeasurements(host_cores=host_cores) if host_cores else None

@@ -23,7 +23,7 @@ from trace_builders import (
 
 from ddpprof.analysis import analyze_paths
 from ddpprof.analysis.parts import PartKey, innermost_pieces
-from ddpprof.diff.profile import profile_json, profile_of_row, run_profile
+from ddpprof.analysis.profile import profile_json, profile_of_row, run_profile
 from ddpprof.metrics.partition import density_integral, partition
 from ddpprof.trace import classify
 

@@ -79,7 +79,7 @@ def test_record_checks_faults_against_each_run_before_anything_runs(tmp_path, ca
 def test_every_kind_expects_documented_findings():
     """The registry's ground truth names codes that rules emit and docs/findings.md lists,
     and the docs' table of kinds lists every kind with the same codes."""
-    from ddpprof.findings import rules  # noqa: F401  (the rules' codes, below)
+    from ddpprof.advice import rules  # noqa: F401  (the rules' codes, below)
 
     sources = "".join(p.read_text() for p in [*(REPO / "ddpprof" / "findings").glob("*.py"),
                                               REPO / "ddpprof" / "hang" / "finding.py"])

@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 from trace_builders import kernel, launch, span, step, write_trace
 
-from ddpprof.atomic import json_text, write_text
-from ddpprof.errors import UsageError
-from ddpprof.manifest import Owner, effective_status, read_manifest
+from ddpprof.core.atomic import json_text, write_text
+from ddpprof.core.errors import UsageError
 from ddpprof.record import folders
+from ddpprof.run.manifest import Owner, effective_status, read_manifest
 
 LINUX = sys.platform.startswith("linux")
 linux_only = pytest.mark.skipif(not LINUX, reason="reads /proc and relies on prctl")

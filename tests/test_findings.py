@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from trace_builders import kernel, launch, span, step, write_trace
 
+from ddpprof.advice import CapAdvice, CapReplay, findings
 from ddpprof.analysis import AnalysisOptions, analyze_paths
-from ddpprof.findings import CapAdvice, CapReplay, findings
 
 FLOAT = {"Input type": ["float"]}
 
@@ -132,7 +132,7 @@ def test_latency_bound_on_a_foreign_trace_fits_its_own_transfers(tmp_path):
     transfers. 2 ranks arriving together, 8 all-reduces a step alternating 4000 B in 100 µs
     and 8000 B in 104 µs (traffic = size on 2 ranks): t = 96 µs + traffic / (1000 B/µs), so
     α·β = 96,000 B, and the 6000 B mean call is below a quarter of it."""
-    from ddpprof.simulate.advice import cap_advice_for_runs
+    from ddpprof.advice.bucket_cap import cap_advice_for_runs
 
     def calls(base: float, rank: int) -> list[dict]:
         return [reduce(base + 10 + 110 * i, base + 10 + 110 * i + (104 if i % 2 else 100),

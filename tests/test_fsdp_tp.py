@@ -13,9 +13,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ddpprof.manifest import MeshRecord, read_manifest
+from ddpprof.run.manifest import read_manifest
 from ddpprof.variants import make_variant
 from ddpprof.variants.fsdp_tp import tensor_parallel_layout, tensor_parallel_problem
+from ddpprof.variants.mesh import MeshRecord
 from workloads.data import SyntheticImages, SyntheticTokens
 from workloads.models import build_model, build_model_skeleton
 from workloads.train import train

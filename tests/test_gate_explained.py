@@ -10,8 +10,8 @@ import math
 import pytest
 from trace_builders import synchronized_steps
 
-from ddpprof.errors import UsageError
-from ddpprof.gate import aggregate, evaluate, parse_rule, runs_of
+from ddpprof.core.errors import UsageError
+from ddpprof.gate.rules import aggregate, evaluate, parse_rule, runs_of
 
 
 def document(*runs: dict) -> dict:

@@ -17,14 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trace_builders import analyze_one, kernel, launch, span, write_trace
 
+from ddpprof.advice import findings
 from ddpprof.analysis import AnalysisOptions, analyze_paths, to_json_document
-from ddpprof.errors import UsageError
-from ddpprof.findings import findings
-from ddpprof.gate import evaluate, parse_rule, runs_of
-from ddpprof.manifest import read_manifest
+from ddpprof.core.errors import UsageError
+from ddpprof.gate.rules import evaluate, parse_rule, runs_of
 from ddpprof.metrics import intervals as iv
 from ddpprof.metrics.comm import CollectiveCalls, GroupRef
 from ddpprof.metrics.groups import group_figures, queued, send_imbalance, split_imbalance
+from ddpprof.run.manifest import read_manifest
 from ddpprof.trace.loader import load
 from ddpprof.variants import VARIANT_NAMES
 
@@ -149,7 +149,7 @@ def test_the_recorded_mesh_is_split_into_its_two_dimensions():
     # the profile diff compares: communication parts by the group's name, which is the same
     # on every rank (c10d numbers rank 0's dp group "1" and rank 1's "2"), so each part's calls
     # per step are what every rank issues, not that diluted over the ranks of other groups
-    from ddpprof.diff.profile import run_profile
+    from ddpprof.analysis.profile import run_profile
 
     profile = run_profile(run)
     calls = {(c.kind, c.process_group): c.calls_per_step for c in profile.collectives}

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpprof.cli import main
-from ddpprof.errors import UsageError
+from ddpprof.core.errors import UsageError
 from ddpprof.hang import diagnose, read_dumps
 from ddpprof.hang.result import HangDocument
 

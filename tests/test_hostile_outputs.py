@@ -23,8 +23,8 @@ import pytest
 from test_faults import assert_one_line, ddpprof, memory_device
 from trace_builders import gloo_reduce, grad, span, step, write_trace
 
-from ddpprof import atomic
-from ddpprof.report.table import markdown_text, terminal_text
+from ddpprof.core import atomic
+from ddpprof.render.table import markdown_text, terminal_text
 
 MANIFEST = {"schema_version": 3, "status": "complete", "config": {
     "variant": "bucket_ddp_async", "nproc": 2, "backend": "gloo", "grad_accum": 1,
@@ -64,7 +64,7 @@ def test_no_output_replaces_a_file_of_a_run_being_read(command, option, target, 
 
 
 def test_write_text_refuses_a_file_this_process_read(tmp_path):
-    from ddpprof.trace.io import read_regular_file
+    from ddpprof.core.io import read_regular_file
 
     read = tmp_path / "input.json"
     read.write_text("{}")
@@ -141,7 +141,7 @@ def test_a_run_named_with_a_bidi_override_reaches_no_output_as_is(tmp_path):
 
 
 def test_a_urls_password_is_never_printed():
-    from ddpprof.errors import without_secrets
+    from ddpprof.core.errors import without_secrets
 
     assert without_secrets("http://me:hunter2@host:1/x.json: cannot be read") == \
         "http://me:***@host:1/x.json: cannot be read"

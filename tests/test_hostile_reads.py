@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from trace_builders import span, step, write_trace
 
-from ddpprof import processes
 from ddpprof.analysis import executors
-from ddpprof.trace.io import size_text
+from ddpprof.core import processes
+from ddpprof.core.io import size_text
 
 LINUX = sys.platform.startswith("linux")
 TIMEOUT_S = 60
@@ -110,7 +110,7 @@ def test_a_special_file_named_directly_is_refused_in_one_line(kind, tmp_path, dd
 _SWAPPED = """
 import os, sys
 from pathlib import Path
-from ddpprof.errors import TraceError
+from ddpprof.core.errors import TraceError
 from ddpprof.trace import io
 fifo, regular = Path(sys.argv[1]), Path(sys.argv[2])
 real_stat = os.stat
@@ -137,7 +137,7 @@ def test_a_link_swapped_back_and_forth_while_loading_never_blocks(tmp_path):
     script = """
 import json, os, sys, threading
 from pathlib import Path
-from ddpprof.errors import TraceError
+from ddpprof.core.errors import TraceError
 from ddpprof.trace import cache, loader
 link, regular, fifo = (Path(a) for a in sys.argv[1:4])
 stop = threading.Event()
@@ -215,7 +215,7 @@ def _bomb(members: int, member_mib: int, padding: bytes = b"") -> bytes:
 _PEAK = """
 import resource, sys
 from pathlib import Path
-from ddpprof.errors import TraceError
+from ddpprof.core.errors import TraceError
 from ddpprof.trace.loader import load
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
@@ -255,7 +255,7 @@ def test_sizes_in_messages_are_never_rounded_to_nothing():
 _CHANGED = """
 import os, sys, time
 from pathlib import Path
-from ddpprof.errors import TraceError
+from ddpprof.core.errors import TraceError
 from ddpprof.trace.loader import Slicing, load
 path, how, workers = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 data = path.read_bytes()

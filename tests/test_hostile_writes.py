@@ -22,9 +22,9 @@ import pytest
 from test_faults import assert_one_line, ddpprof
 from trace_builders import kernel, launch, span, step, write_trace
 
-from ddpprof.atomic import refuse_inputs, write_text
-from ddpprof.errors import UsageError
-from ddpprof.run_folder import FOLDER_ID_ENV, RunFolder
+from ddpprof.core.atomic import refuse_inputs, write_text
+from ddpprof.core.errors import UsageError
+from ddpprof.run.folder import FOLDER_ID_ENV, RunFolder
 
 VICTIM_TEXT = "precious: must never be written by ddpprof\n"
 TINY_RUN = ["--model", "mlp-tiny", "--global-batch", "16", "--nproc", "2", "--steps", "5",

@@ -16,13 +16,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trace_builders import span, step, write_trace
 
-from ddpprof.analysis import AnalysisOptions, LastStep, analyze_paths
+from ddpprof.advice.bucket_cap import cap_advice_for_runs
+from ddpprof.analysis import AnalysisOptions, analyze_paths
 from ddpprof.analysis.options import REPLAYED_STEPS
 from ddpprof.cli import main
 from ddpprof.metrics import intervals as iv
-from ddpprof.simulate.advice import cap_advice_for_runs
 from ddpprof.simulate.output import to_json_document
 from ddpprof.simulate.run import simulate_run
+from ddpprof.trace.last_step import LastStep
 
 FLOAT = {"Input type": ["float"]}
 MANIFEST = {"schema_version": 3, "status": "complete", "config": {

@@ -11,8 +11,8 @@ import pytest
 
 import ddpprof
 from ddpprof import job as job_module
-from ddpprof.errors import UsageError
-from ddpprof.findings.rules import EXPOSED_PCT, NO_OVERLAP_PCT
+from ddpprof.advice.rules import EXPOSED_PCT, NO_OVERLAP_PCT
+from ddpprof.core.errors import UsageError
 from ddpprof.graph.path import COMMUNICATION, COMPUTE, HOST, WAITING
 from ddpprof.graph.whatif import Edit
 from tests.trace_builders import (

@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddpprof import processes
-from ddpprof.errors import TraceError
-from ddpprof.trace import cache, io, jsonscan, parallel, sliced
+from ddpprof.core import io, processes
+from ddpprof.core.errors import TraceError
+from ddpprof.trace import cache, jsonscan, parallel, sliced
 from ddpprof.trace.columns import Columns
 from ddpprof.trace.decode_events import Event
 from ddpprof.trace.loader import Slicing, load

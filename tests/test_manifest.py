@@ -10,16 +10,16 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from ddpprof.atomic import json_text
-from ddpprof.errors import UsageError
-from ddpprof.manifest import (
+from ddpprof.core.atomic import json_text
+from ddpprof.core.errors import UsageError
+from ddpprof.run.config import RunConfig, encode_hook
+from ddpprof.run.manifest import (
     SCHEMA_VERSION,
     RunManifest,
     RunMeasurements,
     manifest_from_json,
     read_manifest,
 )
-from ddpprof.record.config import RunConfig, encode_hook
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ddpprof-h100"
 

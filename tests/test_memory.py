@@ -14,8 +14,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from ddpprof import memory as estimator
-from ddpprof.errors import UsageError
+from ddpprof.core.errors import UsageError
+from ddpprof.memory import estimate as estimator
 from ddpprof.variants import VARIANTS, VARIANTS_IN_ALL, make_variant
 from workloads.configs import MLP_WIDTHS, SMOLLM2_CONFIGS, model_parameter_count
 from workloads.data import SyntheticImages

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from test_faults import assert_one_line
 
-from ddpprof.errors import TraceError
+from ddpprof.core.errors import TraceError
 
 
 def _bomb(path: Path, head: bytes, blank_gib: int) -> Path:

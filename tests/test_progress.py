@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ddpprof import progress
+from ddpprof.core import progress
 
 
 class Terminal(io.StringIO):

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from trace_builders import late_rank_steps
 
+from ddpprof.advice import findings
+from ddpprof.advice.lateness import excess, lateness
 from ddpprof.analysis import AnalysisOptions, analyze_paths
-from ddpprof.findings import findings
-from ddpprof.findings.lateness import excess, lateness
 
 
 def analyzed(folder):

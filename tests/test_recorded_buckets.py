@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpprof.manifest import read_manifest
+from ddpprof.run.manifest import read_manifest
 
 pytestmark = pytest.mark.slow
 

@@ -1,12 +1,12 @@
-"""Every bound of ``ddpprof.sanity``, and a figure that breaks one shown as a note, not as a
+"""Every bound of ``ddpprof.metrics.sanity``, and a figure that breaks one shown as a note, not as a
 number, wherever it is printed."""
 
 from __future__ import annotations
 
 import pytest
 
-from ddpprof import sanity
-from ddpprof.findings import Evidence, Finding
+from ddpprof.advice import Evidence, Finding
+from ddpprof.metrics import sanity
 from ddpprof.metrics.tax import OverlapTax, TaxRow
 from ddpprof.report import console
 from ddpprof.report.html import evidence_text
@@ -119,8 +119,8 @@ def test_the_headline_now_is_the_tables_step_and_a_run_gets_the_same_advice_by_a
         tmp_path):
     from test_findings import RECORDED, backward, cpu_run
 
+    from ddpprof.advice import CapAdvice, CapReplay, findings
     from ddpprof.analysis import AnalysisOptions, analyze_paths
-    from ddpprof.findings import CapAdvice, CapReplay, findings
 
     folder = cpu_run(tmp_path / "late", lambda b, r: backward(b, late_launch=True), ranks=2,
                      manifest=RECORDED)
@@ -138,7 +138,7 @@ def test_the_headline_now_is_the_tables_step_and_a_run_gets_the_same_advice_by_a
 
 
 def test_bench_shows_a_speedup_beyond_its_processes_as_a_note():
-    from ddpprof.bench import BenchRow
+    from ddpprof.bench.scaling import BenchRow
     from ddpprof.commands.bench import checked_speedups
 
     def row(nproc, speedup):

@@ -15,16 +15,16 @@ import trace_builders as tb
 from trace_builders import span, step, write_trace
 
 from ddpprof.analysis import AnalysisOptions, analyze_run
-from ddpprof.calibrate import Calibration, Fit, TaxCalibration
-from ddpprof.errors import UsageError
+from ddpprof.core.errors import UsageError
 from ddpprof.graph.build import join_steps
 from ddpprof.graph.contended import Tax
 from ddpprof.graph.path import replay, step_length_us
 from ddpprof.graph.whatif import replay_edited
-from ddpprof.manifest import BucketRecord, RunManifest, RunMeasurements
 from ddpprof.metrics.cost import CostModel, FitError, fit_cost, measured_curve, traffic_bytes
 from ddpprof.metrics.tax import OverlapTax, TaxRow
-from ddpprof.record.config import RunConfig
+from ddpprof.run.config import RunConfig
+from ddpprof.run.manifest import BucketRecord, RunManifest, RunMeasurements
+from ddpprof.simulate.calibrate import Calibration, Fit, TaxCalibration
 from ddpprof.simulate.run import cores_shared, simulate_run
 from ddpprof.simulate.steps import registration_positions
 from ddpprof.trace.discover import discover
@@ -408,7 +408,7 @@ def test_no_cost_model_answers_the_recorded_configuration_and_runs_nothing(
     """No calibration, and collectives of one size (no fit): simulate replays the recorded
     configuration and says why no other is predicted; it never starts a sweep of its own
     (which would write calibration.json beside the run)."""
-    import ddpprof.calibrate
+    import ddpprof.simulate.calibrate
     from ddpprof.cli import main
 
     run = bucketed_run(tmp_path)        # its all-reduces are of one size: no fit
@@ -437,7 +437,7 @@ def test_the_registry_says_how_each_variant_syncs():
             assert info.sharded and info.gradient_collective == "reduce_scatter", info.name
         assert info.distributed == (info.gradient_sync != "none"), info.name
     # bench's communication time is the sync's for exactly the blocking ones
-    from ddpprof.bench import rows
+    from ddpprof.bench.scaling import rows
 
     configs = [("m", name, 2) for name in ("simple_ddp", "bucket_ddp_async")]
     table = rows(configs, {c: [(0.1, 0.02)] for c in configs}, {}, 64)

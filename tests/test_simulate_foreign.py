@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpprof.errors import UsageError
+from ddpprof.core.errors import UsageError
 from ddpprof.graph.whatif import parse_edits
 from ddpprof.simulate.run import simulate_run
 

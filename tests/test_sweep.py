@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ddpprof.sweep import SweepRow, best_sizes
+from ddpprof.sweep.bucket_caps import SweepRow, best_sizes
 
 
 def test_best_size_is_the_fastest_measured():

@@ -304,7 +304,7 @@ def test_the_command_line_loads_blas_with_one_thread():
     import sys
 
     script = ("import os, threadpoolctl\n"
-              "from ddpprof.processes import import_numpy_with_one_blas_thread\n"
+              "from ddpprof.core.processes import import_numpy_with_one_blas_thread\n"
               "import_numpy_with_one_blas_thread()\n"
               "import numpy\n"
               "blas = [i['num_threads'] for i in threadpoolctl.threadpool_info()\n"

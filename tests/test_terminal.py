@@ -13,8 +13,8 @@ import pytest
 
 from ddpprof.cli import cli
 from ddpprof.metrics.registry import METRICS, RENAMED
-from ddpprof.report.output import Output, Section, terminal
-from ddpprof.report.table import Column, Table, to_csv, to_markdown, to_text, wrap
+from ddpprof.render.output import Output, Section, terminal
+from ddpprof.render.table import Column, Table, to_csv, to_markdown, to_text, wrap
 
 DLRM = Path(__file__).resolve().parent / "fixtures" / "real-traces" / \
     "param-dlrm-8rank-alltoall"
@@ -97,9 +97,12 @@ def test_one_name_per_metric_in_table_csv_and_markdown():
 
 
 def _all_tables() -> list[Column]:
-    from ddpprof import bench, gate, memory, sweep
+    from ddpprof.bench import scaling as bench
     from ddpprof.commands import record, simulate, variants
+    from ddpprof.gate import rules as gate
+    from ddpprof.memory import estimate as memory
     from ddpprof.report import console, critical_path, diff
+    from ddpprof.sweep import bucket_caps as sweep
 
     return [*console.RUN_COLUMNS, *console.PER_STEP_COLUMNS, *console.GROUP_COLUMNS,
             *critical_path.PATH_COLUMNS, *critical_path.WHAT_IF_COLUMNS, *diff.PART_COLUMNS,
@@ -169,7 +172,7 @@ def test_a_mistyped_metric_gets_a_suggestion_and_an_old_name_a_note(tmp_path, dd
 
 
 def test_record_says_its_phase_and_a_bare_record_is_quick():
-    from ddpprof.progress import phase
+    from ddpprof.core.progress import phase
 
     assert [phase(k, 4) for k in (0, 1, 3, 4)] == [
         "starting ranks", "step 2 of 4", "step 4 of 4", "writing traces"]

@@ -11,11 +11,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from ddpprof.core.units import MIB
 from ddpprof.graph.edit import RankGradients, buckets_of
 from ddpprof.graph.model import Gradient, Node, NodeKind, StepGraph
-from ddpprof.manifest import BucketRecord
+from ddpprof.run.manifest import BucketRecord
 from ddpprof.simulate.steps import registration_positions
-from ddpprof.units import MIB
 from ddpprof.variants import VARIANTS, VARIANTS_IN_ALL, make_variant, variant_class
 from ddpprof.variants.bucket_ddp_async import BucketDDPAsync
 from ddpprof.variants.buckets import parameter_buckets

@@ -39,9 +39,10 @@ def write_trace(path: Path, events: list[dict], rank: int = 0, world_size: int =
 def analyze_one(trace, drop_last_step: bool = True, per_step: bool = False, **options: Any):
     """One rank analyzed as ``ddpprof analyze`` would in a one-rank run: the last step dropped
     when ``drop_last_step`` and the trace names two or more steps."""
-    from ddpprof.analysis import AnalysisOptions, LastStep
+    from ddpprof.analysis import AnalysisOptions
     from ddpprof.analysis.rank import analyze_rank
     from ddpprof.trace.classify import step_names
+    from ddpprof.trace.last_step import LastStep
 
     last_step = LastStep.decide(step_names(trace), keep_last_step=not drop_last_step)
     return analyze_rank(trace, trace.rank or 0, last_step,

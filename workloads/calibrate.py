@@ -2,7 +2,7 @@
 
     python -m workloads.calibrate OUT/.calibrate.json
 
-For each size (``ddpprof.calibrate.Sweep``): ``warmup_iters`` untimed all-reduces, then
+For each size (``ddpprof.simulate.calibrate.Sweep``): ``warmup_iters`` untimed all-reduces, then
 ``iters`` timed ones, each after a barrier so that every rank starts it together, timed on each
 rank (CUDA events on GPU, ``perf_counter`` on CPU); each call's time is the maximum over ranks.
 Rank 0 writes ``OUT/.calibrate_result.json`` for the launcher; a rank that fails writes
@@ -28,9 +28,9 @@ import msgspec
 import torch
 import torch.distributed as dist
 
-from ddpprof.calibrate import SWEEP_CONFIG, SWEEP_RESULT, Sweep, SweepResult
-from ddpprof.run_folder import RunFolder
-from ddpprof.units import MIB
+from ddpprof.core.units import MIB
+from ddpprof.run.folder import RunFolder
+from ddpprof.simulate.calibrate import SWEEP_CONFIG, SWEEP_RESULT, Sweep, SweepResult
 
 from .train import _device_for, _device_name, errors_recorded
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     import torch
 
-    from ddpprof.record.config import RunConfig
+    from ddpprof.run.config import RunConfig
     from ddpprof.variants.base import DataParallel
 
 #: The fault the launcher hands every rank, as JSON (``[{"kind", "rank", "amount"}]``).
@@ -220,7 +220,7 @@ class _Contention(Injection):
         self.hogs: list[subprocess.Popen[bytes]] = []
         if context.rank != fault.rank or not hasattr(os, "sched_setaffinity"):
             return
-        from ddpprof.processes import preexec_die_with_parent
+        from ddpprof.core.processes import preexec_die_with_parent
 
         cores = sorted(os.sched_getaffinity(0))
         core = cores[context.local_rank % len(cores)]
@@ -320,7 +320,7 @@ def _hang_kinds() -> tuple[FaultKind, ...]:
                            problem=problem, inject=inject) for name, summary in KINDS)
 
 
-#: Every kind, by name. ``expected_codes`` are ``ddpprof.findings`` codes (docs/findings.md
+#: Every kind, by name. ``expected_codes`` are ``ddpprof.advice`` codes (docs/findings.md
 #: has the table).
 FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("none", "nothing: the negative control", "all"),

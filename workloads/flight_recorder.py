@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from ddpprof.record.flight_recorder import DUMP_SIGNAL, FR_DIR, dump_name
-from ddpprof.run_folder import RunFolder
+from ddpprof.run.folder import RunFolder
 
 _STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: Main-thread frames kept in a dump (innermost first, as Flight Recorder keeps its own).

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-    from ddpprof.record.config import RunConfig
+    from ddpprof.run.config import RunConfig
 
     from .faults import Fault, Injection, RankContext
 

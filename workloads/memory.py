@@ -18,7 +18,7 @@ allocator.
 
 Both step figures come from the profiler's allocator events (``profile_memory=True``) as the
 profiler holds them in this process (:func:`profiled_peaks`), over the steps ``ddpprof
-analyze`` analyzes (``ddpprof.analysis.options.LastStep``: the last ProfilerStep dropped when
+analyze`` analyzes (``ddpprof.trace.last_step.LastStep``: the last ProfilerStep dropped when
 there are two or more), not from the exported trace.
 """
 
@@ -34,8 +34,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ddpprof.analysis.options import LastStep
 from ddpprof.trace.classify import PROFILER_STEP, step_number
+from ddpprof.trace.last_step import LastStep
 from ddpprof.variants.base import DataParallel
 
 

@@ -2,7 +2,7 @@
 
     python -m workloads.train RUN_FOLDER/.config.json
 
-The one argument is the run configuration (``ddpprof.record.config.RunConfig``) that the
+The one argument is the run configuration (``ddpprof.run.config.RunConfig``) that the
 launcher wrote into the run folder; everything is written beside it. Each rank writes its Chrome
 trace as ``rank<r>.pt.trace.json.gz``; rank 0 writes ``.worker_result.json`` (per-step times
 and losses) for the launcher to fold into ``run.json``. A rank that fails writes
@@ -39,13 +39,13 @@ import msgspec
 import torch
 import torch.distributed as dist
 
-from ddpprof.manifest import BucketRecord, RunMeasurements
-from ddpprof.processes import usable_cores
-from ddpprof.record.config import CONFIG_FILE, RunConfig
+from ddpprof.core.processes import usable_cores
+from ddpprof.core.units import MIB
 from ddpprof.record.failure import ERRORS_DIR
 from ddpprof.record.measurements import WORKER_RESULT, WorkerResult
-from ddpprof.run_folder import RunFolder
-from ddpprof.units import MIB
+from ddpprof.run.config import CONFIG_FILE, RunConfig
+from ddpprof.run.folder import RunFolder
+from ddpprof.run.manifest import BucketRecord, RunMeasurements
 from ddpprof.variants import VARIANTS, make_variant
 from ddpprof.variants.base import COLLECTIVE_HOOKS, DataParallel
 
@@ -209,7 +209,7 @@ def _device_name(device: torch.device) -> str:
 def export_trace_into(folder: RunFolder, name: str, prof: torch.profiler.profile) -> None:
     """Write the profiler's Chrome trace as ``folder/name`` (gzip). The profiler writes plain
     JSON to a private temporary folder first; the run folder only ever sees the finished file,
-    renamed into place (``ddpprof.run_folder``)."""
+    renamed into place (``ddpprof.run.folder``)."""
     with tempfile.TemporaryDirectory(prefix="ddpprof-trace-") as private:
         plain = Path(private) / "trace.json"
         prof.export_chrome_trace(str(plain))

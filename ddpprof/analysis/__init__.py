@@ -7,7 +7,8 @@
 * :mod:`.results`: the typed results; :mod:`.rows`: the flat rows every output derives from.
 """
 
-from .options import AnalysisOptions, LastStep
+from ..trace.last_step import LastStep
+from .options import AnalysisOptions
 from .results import Analysis, RankResult, RunProblem, RunResult
 from .rows import RankRow, RunRow, rank_row, run_row, step_rows, to_json_document
 from .runs import analyze, analyze_paths, analyze_run

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..errors import TraceError
+from ..core.errors import TraceError
 from ..metrics import intervals as iv
 from ..metrics.breakdown import (
     Breakdown,
@@ -21,13 +21,14 @@ from ..metrics.comm import CollectiveCalls, collective_stats
 from ..metrics.groups import group_figures
 from ..metrics.middle import middle_index
 from ..trace import classify
+from ..trace.calls import collective_calls
 from ..trace.classify import Kind
 from ..trace.events import RankTrace, launch_times
+from ..trace.last_step import LastStep
 from ..trace.structure import StructuralComm, launching_host_event, structural_comm
 from . import tax
 from .buckets import BucketTimeline
-from .calls import collective_calls
-from .options import AnalysisOptions, LastStep
+from .options import AnalysisOptions
 from .parts import device_parts, device_step_bounds
 from .rank_common import (
     dataloader_us,

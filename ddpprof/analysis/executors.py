@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
-from ..processes import die_with_parent, memory_room, usable_cores
-from ..trace import io
+from ..core import io
+from ..core.errors import UsageError
+from ..core.processes import die_with_parent, memory_room, usable_cores
 
 #: How long a Dask analysis waits with no worker left before it gives up, rather than hang.
 NO_WORKER_TIMEOUT_S = float(os.environ.get("DDPPROF_DASK_NO_WORKER_TIMEOUT_S", 30))

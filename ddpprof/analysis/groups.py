@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..manifest import RunManifest
 from ..metrics.comm import CollectiveCalls
 from ..metrics.groups import (
     GroupFigures,
@@ -28,6 +27,7 @@ from ..metrics.groups import (
     split_imbalance,
 )
 from ..metrics.waits import WaitSplit, matched_calls, wait_split
+from ..run.manifest import RunManifest
 from ..trace.args import host_from_name
 from .results import RankResult
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TraceError
+from ..core.errors import TraceError
 from ..metrics import intervals as iv
 from ..metrics.breakdown import (
     host_breakdown,
@@ -15,11 +15,12 @@ from ..metrics.dispatch import tiny_op_stretches
 from ..metrics.groups import group_figures
 from ..metrics.middle import middle_index
 from ..trace import classify
+from ..trace.calls import collective_calls, issued_kinds
 from ..trace.events import RankTrace
+from ..trace.last_step import LastStep
 from . import tax
 from .buckets import BucketTimeline
-from .calls import collective_calls, issued_kinds
-from .options import AnalysisOptions, LastStep
+from .options import AnalysisOptions
 from .parts import host_parts
 from .rank_common import (
     compute_lane,

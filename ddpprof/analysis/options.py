@@ -1,18 +1,9 @@
-"""What the user asked of an analysis: one object, passed down unchanged; and which profiled
-steps an analysis covers (:class:`LastStep`), the one rule ``analyze``, ``simulate``,
-``critical-path`` and the recorded memory peaks share."""
+"""What the user asked of an analysis: one object, passed down unchanged (which profiled steps
+it covers is :class:`ddpprof.trace.last_step.LastStep`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, TypeVar
-
-import numpy as np
-
-#: A run's steps in the order they ran: step numbers or event indices (arrays), or records.
-Steps = TypeVar("Steps", np.ndarray, list[Any])
-
 
 #: The most steps whose graphs ``simulate`` and the bucket-cap advice replay: evenly spread
 #: over the analyzed window (a replay costs tens of ms a step; a long trace has thousands).
@@ -42,33 +33,3 @@ class AnalysisOptions:
     step_graphs: bool = False
     #: With ``step_graphs``, at most this many steps' graphs (None: every step's).
     max_graph_steps: int | None = None
-
-
-class LastStep(StrEnum):
-    """The analyzed window: which events a rank's analysis covers, decided per run as HTA
-    0.5.0 does. When the run's traces name two or more ProfilerSteps, the last one is dropped
-    (it often holds the profiler's own teardown) unless ``--keep-last-step``; with one step or
-    none the whole trace is the window. :meth:`decide` says which, :meth:`analyzed` which
-    steps that is."""
-
-    DROPPED = "dropped"                # 2+ ProfilerSteps named: all but the last
-    KEPT = "kept"                      # 2+ named and --keep-last-step: all of them
-    ONE_STEP = "only one step"         # HTA applies no filter: the whole trace on GPU
-    NO_STEPS = "no ProfilerStep"       # the whole trace, as one step
-
-    @classmethod
-    def decide(cls, step_names: set[str], keep_last_step: bool) -> LastStep:
-        if len(step_names) >= 2:
-            return cls.KEPT if keep_last_step else cls.DROPPED
-        return cls.ONE_STEP if step_names else cls.NO_STEPS
-
-    def analyzed(self, steps: Steps) -> Steps:
-        """The steps of the window, of a run's ``steps`` in the order they ran: all but the
-        last when dropped, none without ProfilerSteps, else all."""
-        if self == LastStep.DROPPED:
-            return steps[:-1]
-        return steps[:0] if self == LastStep.NO_STEPS else steps
-
-    @property
-    def filters(self) -> bool:
-        return self in (LastStep.DROPPED, LastStep.KEPT)

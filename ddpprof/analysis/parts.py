@@ -18,7 +18,7 @@ runs then (work of the same rank shared equally where several run at once):
 2. **communication** of a kind and process group: a collective (its kernel, or gloo's span) no
    compute hides; the part of it spent before the last rank of its group arrived becomes
    **waiting for rank N** (N: that last rank), once the ranks are matched
-   (``ddpprof.diff.profile``);
+   (``ddpprof.analysis.profile``);
 3. **device** (GPU): memory copies and sets, then synchronisation and other device work;
 4. **host: communication calls** (CPU): the thread inside a ``c10d::``/wait span with no
    collective running;

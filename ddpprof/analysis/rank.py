@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from ..trace import classify
 from ..trace.events import RankTrace
+from ..trace.last_step import LastStep
 from ..trace.names import MAX_NAME_CHARS
 from .device_rank import DeviceAnalysis
 from .host_rank import HostAnalysis
-from .options import AnalysisOptions, LastStep
+from .options import AnalysisOptions
 from .rank_common import event_times, trace_notes
 from .results import RankResult
 

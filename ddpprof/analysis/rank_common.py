@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TraceError
+from ..core.errors import TraceError
 from ..metrics import intervals as iv
 from ..metrics.breakdown import (
     overlap_pct,
 )
 from ..metrics.comm import CollectiveCalls
 from ..trace import classify
+from ..trace.calls import collective_calls
 from ..trace.events import RankTrace
 from .buckets import BucketTimeline, bucket_timeline
-from .calls import collective_calls
 from .results import CommBar, Timeline
 
 GRADIENT_REDUCTIONS = ("all_reduce", "reduce_scatter")

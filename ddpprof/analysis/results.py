@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..manifest import RunManifest
 from ..metrics.breakdown import Breakdown
 from ..metrics.comm import CollectiveCalls, CollectiveStats
 from ..metrics.groups import GroupFigures
 from ..metrics.tax import OverlapTax, RankTaxSamples
 from ..metrics.waits import WaitSplit
+from ..run.manifest import RunManifest
+from ..trace.last_step import LastStep
 from .buckets import BucketTimeline
-from .options import LastStep
 from .parts import RankParts
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class Timeline:
 
 @dataclass(frozen=True)
 class HostSignals:
-    """What the host was doing while the step ran, for the advice (``ddpprof.findings``)."""
+    """What the host was doing while the step ran, for the advice (``ddpprof.advice``)."""
 
     dataloader_us: float             # in the data loader's spans, inside the window
     idle_host_busy_us: float | None  # GPU: device idle while the host was busy issuing work

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..manifest import MemoryRow
+from ..core.units import MIB
 from ..metrics.comm import CollectiveStats
-from ..units import MIB
+from ..run.manifest import MemoryRow
 from .results import Analysis, RankResult, RunProblem, RunResult, StepRow
 
 if TYPE_CHECKING:
-    from ..findings import Finding
+    from ..advice import Finding
 
 #: 5: metrics named as everywhere else (``exposed_comm_pct``, was ``comm_overhead_pct``;
 #: ``bucket_cap_mib``, was ``bucket_cap_mb``: ``ddpprof.metrics.registry.RENAMED``);
@@ -275,9 +275,9 @@ def _problem(problem: RunProblem) -> dict[str, Any]:
 def to_json_document(analysis: Analysis, findings: list[Finding] | None = None
                      ) -> dict[str, Any]:
     """The stable ``--json`` schema (the gate's input); ``findings`` are
-    ``ddpprof.findings.Finding``s."""
-    from ..diff.profile import profile_json, run_profile
+    ``ddpprof.advice.Finding``s."""
     from .group_rows import group_rows, rank_group_rows
+    from .profile import profile_json, run_profile
 
     runs = []
     for run in analysis.runs:

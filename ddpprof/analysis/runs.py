@@ -14,21 +14,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import NotATrace, TraceError, UsageError
-from ..manifest import INCOMPLETE, RunManifest, effective_status, status_detail
+from ..core import storage
+from ..core.errors import NotATrace, TraceError, UsageError
+from ..core.processes import out_of_memory
+from ..core.storage import Location
 from ..metrics.tax import overlap_tax
 from ..metrics.waits import wait_split
-from ..processes import out_of_memory
-from ..trace import classify, storage
+from ..run.manifest import INCOMPLETE, RunManifest, effective_status, status_detail
+from ..trace import classify
 from ..trace.discover import RunInput, discover
 from ..trace.events import RankTrace
+from ..trace.last_step import LastStep
 from ..trace.loader import load
-from ..trace.storage import Location
 from ..variants import VARIANT_NAMES
 from .buckets import BucketTimeline
 from .executors import Executor, Progress, executor_for
 from .groups import run_groups
-from .options import ADVISED_STEPS, AnalysisOptions, LastStep
+from .options import ADVISED_STEPS, AnalysisOptions
 from .rank import analyze_rank
 from .results import Analysis, RankResult, RunProblem, RunResult
 
@@ -284,7 +286,7 @@ def _without_other_json(outcomes: list[_Outcome]) -> tuple[list[_Outcome], list[
 
 def _with_hta(run: RunInput, results: list[RankResult], keep_last_step: bool
               ) -> list[RankResult]:
-    from ..hta_engine import hta_breakdowns, with_native_comm
+    from .hta_engine import hta_breakdowns, with_native_comm
 
     local = [p for p in run.traces if isinstance(p, Path)]
     if len(local) < len(run.traces):
@@ -376,7 +378,7 @@ def _natural_order(run: RunResult) -> int:
 
 def analyze(path: str | Path, keep_last_step: bool = False) -> pandas.DataFrame:
     """One row per run (the ``ddpprof analyze`` table) as a pandas DataFrame, for a run
-    folder, a folder of runs or a trace file. Raises :class:`ddpprof.errors.UsageError` if any
+    folder, a folder of runs or a trace file. Raises :class:`ddpprof.core.errors.UsageError` if any
     run cannot be analyzed."""
     import pandas
 

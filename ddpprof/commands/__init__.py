@@ -1,12 +1,12 @@
 """One module per ``ddpprof`` command: what it does between the parsed options and the
-``ddpprof.report.output.Output`` that ``ddpprof.cli`` prints and writes. Checks of the outputs
+``ddpprof.render.output.Output`` that ``ddpprof.cli`` prints and writes. Checks of the outputs
 (never onto an input, never inside a run being recorded) happen here, before any work."""
 
 from __future__ import annotations
 
 import importlib.util
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 RECORD_EXTRA = "pip install 'ddpprof[record]'"
 

@@ -8,13 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import progress
 from ..analysis import to_json_document
+from ..core import progress
+from ..core.storage import location_of, report_name
 from ..hang.finding import hang_findings
 from ..job import JobSet, analysis_options
+from ..render.output import Output, Outputs
 from ..report import console
-from ..report.output import Output, Outputs
-from ..trace.storage import location_of, report_name
 
 if TYPE_CHECKING:
     from .critical_path import AnalyzedPaths

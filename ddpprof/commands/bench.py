@@ -6,20 +6,20 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..record.config import RunConfig
-from ..report.output import Output, Outputs
-from ..report.table import Table
+from ..render.output import Output, Outputs
+from ..render.table import Table
+from ..run.config import RunConfig
 from . import require_record_extra
 
 if TYPE_CHECKING:
-    from ..bench import BenchRow
+    from ..bench.scaling import BenchRow
 
 
 def bench(models: list[str], variants: list[str], nprocs: list[int], repeats: int,
           steps: int, global_batch: int, backend: str, warmup_steps: int, overhead: bool,
           out: Path, outputs: Outputs) -> Output:
     require_record_extra("bench")
-    from .. import bench as benching
+    from ..bench import scaling as benching
     from ..record.launcher import Recording, validate
 
     benching.check_variants(variants)
@@ -45,9 +45,9 @@ def bench(models: list[str], variants: list[str], nprocs: list[int], repeats: in
 
 def checked_speedups(rows: list[BenchRow]) -> tuple[list[dict[str, Any]], list[str]]:
     """The rows as the table shows them: a speedup beyond the process count (and its
-    efficiency) as ``console.FLAGGED``, with a note saying why (``ddpprof.sanity``); the
+    efficiency) as ``console.FLAGGED``, with a note saying why (``ddpprof.metrics.sanity``); the
     JSON keeps the numbers."""
-    from .. import sanity
+    from ..metrics import sanity
     from ..report.console import FLAGGED
 
     shown, notes = [], []

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import RunFailed, UsageError
-from ..report.output import Output, Outputs
-from ..report.table import Table
+from ..core.errors import RunFailed, UsageError
+from ..render.output import Output, Outputs
+from ..render.table import Table
 from . import require_record_extra
 
 
@@ -15,7 +15,7 @@ def calibrate(backend: str, nprocs: list[int], nnodes: int, node_rank: int,
               step_factor: float, warmup_iters: int, iters: int, out: Path,
               outputs: Outputs, tax_from: Path | None = None) -> Output:
     require_record_extra("calibrate")
-    from .. import calibrate as calibration
+    from ..simulate import calibrate as calibration
 
     if len(nprocs) != 1:
         raise UsageError("--nproc: a calibration measures one world size; give one value")

@@ -11,22 +11,22 @@ from typing import Any
 
 import msgspec
 
-from .. import progress
+from ..advice import Finding
+from ..advice.critical_path import with_critical_path
 from ..analysis import AnalysisOptions, analyze_paths
 from ..analysis.results import Analysis
-from ..atomic import check_output, is_stdout, json_text, refuse_inputs, write_output
-from ..errors import UsageError
-from ..findings import Finding
-from ..graph.advice import with_critical_path
+from ..core import progress
+from ..core.atomic import check_output, is_stdout, json_text, refuse_inputs, write_output
+from ..core.errors import UsageError
+from ..core.storage import location_of, report_name
+from ..grammar.options import check_rank_edits
 from ..graph.contended import Tax
 from ..graph.model import StepGraph
 from ..graph.summary import CriticalPathDocument, StepPath, run_paths
 from ..graph.whatif import Edit, parse_edits
-from ..options import check_rank_edits
+from ..render.output import Output, Outputs, Section
+from ..render.table import Table
 from ..report.console import note_lines
-from ..report.output import Output, Outputs, Section
-from ..report.table import Table
-from ..trace.storage import location_of, report_name
 
 #: Steps drawn on a page: each figure carries every node of its step.
 MAX_FIGURES = 8

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import msgspec
 
-from .. import progress
 from ..analysis import AnalysisOptions, analyze_paths
+from ..analysis.profile import RunProfile, run_profile
+from ..core import progress
+from ..core.errors import UsageError
+from ..core.storage import Location, location_of, name
 from ..diff.compare import PairDiff, diff_pair
 from ..diff.inputs import load_side, pair
 from ..diff.noise import DEFAULT_NOISE, RunNoise
-from ..diff.profile import RunProfile, run_profile
-from ..errors import UsageError
-from ..report.output import Output, Outputs
-from ..trace.storage import Location, location_of, name
+from ..render.output import Output, Outputs
 
 
 class DiffDocument(msgspec.Struct, kw_only=True):

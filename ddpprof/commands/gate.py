@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import gate as gating
-from .. import progress
+from ..core import progress
+from ..core.errors import UsageError
 from ..diff.noise import DEFAULT_NOISE, RunNoise
-from ..errors import UsageError
-from ..report.output import Output, Outputs, Section
-from ..report.table import Table, format_cell
+from ..gate import rules as gating
+from ..render.output import Output, Outputs, Section
+from ..render.table import Table, format_cell
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import progress
+from ..core import progress
 from ..hang import diagnose, files, read_dumps, report
 from ..hang.result import HangDocument
-from ..manifest import read_run_manifest
 from ..record.flight_recorder import FR_DIR
-from ..report.output import Output, Outputs
+from ..render.output import Output, Outputs
+from ..run.manifest import read_run_manifest
 
 
 def hang(path: Path, outputs: Outputs) -> Output:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import memory as estimator
-from .. import progress
-from ..errors import UsageError
-from ..report.output import Output, Outputs
+from ..core import progress
+from ..core.errors import UsageError
+from ..memory import estimate as estimator
+from ..render.output import Output, Outputs
 from ..trace.discover import run_files
 from . import require_record_extra
 

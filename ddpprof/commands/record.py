@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError, describe_os_error
+from ..core.errors import UsageError, describe_os_error
 from ..record import grid
-from ..record.config import RunConfig
 from ..record.launcher import Recording, RunOutcome
-from ..report.output import Output, Outputs
-from ..report.table import Column, Table, columns
+from ..render.output import Output, Outputs
+from ..render.table import Column, Table, columns
+from ..run.config import RunConfig
 from . import require_record_extra
 
 if TYPE_CHECKING:

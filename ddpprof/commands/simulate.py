@@ -7,11 +7,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import progress
-from ..errors import UsageError
-from ..report.output import Output, Outputs, Section
-from ..report.table import Column, Table, columns, terminal_text
-from ..trace.storage import location_of, report_name
+from ..core import progress
+from ..core.errors import UsageError
+from ..core.storage import location_of, report_name
+from ..render.output import Output, Outputs, Section
+from ..render.table import Column, Table, columns, terminal_text
 
 #: The table of the predictions (``SimulateRow``), named as every other command names them.
 COLUMNS = [*columns("variant", "world_size", "bucket_cap_mib", "step_ms"),

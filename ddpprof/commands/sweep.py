@@ -5,17 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..record import grid
-from ..record.config import RunConfig
-from ..report.output import Output, Outputs
-from ..report.table import Table
+from ..render.output import Output, Outputs
+from ..render.table import Table
+from ..run.config import RunConfig
 from . import require_record_extra
 
 
 def sweep(variants: list[str], bucket_caps_mib: list[float], models: list[str], nprocs: list[int],
           steps: int, global_batch: int, backend: str, out: Path, outputs: Outputs) -> Output:
     require_record_extra("sweep")
-    from .. import sweep as sweeping
     from ..record.launcher import Recording
+    from ..sweep import bucket_caps as sweeping
 
     sweeping.check_variants(variants)
     outputs.check("sweep", runs_under=[out])

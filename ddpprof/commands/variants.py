@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..report.output import Output, Outputs
-from ..report.table import Column, Table
+from ..render.output import Output, Outputs
+from ..render.table import Column, Table
 from ..variants import VARIANTS
 
 

@@ -12,7 +12,8 @@ from typing import TypeVar
 import msgspec
 
 from ..analysis.parts import PartKey
-from ..record.config import encode_hook
+from ..analysis.profile import RunProfile
+from ..run.config import encode_hook
 from .noise import (
     DEFAULT_NOISE,
     RunNoise,
@@ -23,7 +24,6 @@ from .noise import (
     noise_source,
     side,
 )
-from .profile import RunProfile
 
 #: Items listed under each of the parts that moved the most: those that moved the most.
 TOP_MOVED, TOP_PARTS = 5, 6

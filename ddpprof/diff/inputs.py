@@ -16,13 +16,13 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..analysis_document import ANALYZE_SCHEMA, analyzed_runs
-from ..errors import UsageError
-from ..gate import ConfigKey
-from ..json_input import read_json_bytes
-from ..trace.io import open_regular
-from ..trace.storage import Location, location_of
-from .profile import RunProfile
+from ..analysis.document import ANALYZE_SCHEMA, analyzed_runs
+from ..analysis.profile import RunProfile
+from ..core.errors import UsageError
+from ..core.io import open_regular
+from ..core.json_input import read_json_bytes
+from ..core.storage import Location, location_of
+from ..run.config_key import ConfigKey
 
 
 def is_analysis_document(path: Location) -> bool:

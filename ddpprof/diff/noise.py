@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from .profile import RunProfile
+    from ..analysis.profile import RunProfile
 
 #: Where the noise of a comparison came from (see the module's docstring).
 Source = Literal["prior", "repeats", "steps", "none"]

@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
-from ..analysis.calls import call_args
 from ..metrics.comm import message_bytes
 from ..metrics.middle import middle_index
 from ..metrics.waits import _match
 from ..trace import classify
+from ..trace.calls import call_args
 from ..trace.classify import KernelClassifier
 from ..trace.events import CommArgs, RankTrace
 from . import model

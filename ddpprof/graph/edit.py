@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..core.units import MIB
 from ..trace.classify import GRAD_READY, OPTIMIZER_PREFIX
-from ..units import MIB
 from ..variants.bucketing import assign_buckets
 from .model import Collective, Edge, EdgeKind, Gradient, Node, NodeKind, StepGraph
 

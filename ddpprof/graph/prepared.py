@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..analysis.options import LastStep
 from ..trace import classify, comm_spans
 from ..trace.classify import KernelClassifier
 from ..trace.events import RankTrace
+from ..trace.last_step import LastStep
 from ..trace.structure import launching_host_event, nested_in
 
 

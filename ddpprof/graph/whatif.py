@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from ..metrics import intervals as iv
 from ..trace.work_names import WORK_CLASSES
 from . import contended

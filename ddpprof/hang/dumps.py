@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TraceError, UsageError
-from ..manifest import RunManifest, read_run_manifest
+from ..core.errors import TraceError, UsageError
 from ..record.failure import rank_errors
-from ..run_folder import RunFolder
+from ..run.folder import RunFolder
+from ..run.manifest import RunManifest, read_run_manifest
 from . import files
 from .model import STATES, Call, DumpSet, Frame, GroupInfo, Interned, RankDump, Track
 from .safe_pickle import Budget, UnsafePickle

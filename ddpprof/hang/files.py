@@ -6,7 +6,7 @@
 name ends with its rank (an extension ``.json``, ``.pkl`` or ``.pickle`` may follow); its
 format is told from its first byte: a pickle (PyTorch's ``_dump_fr_trace``, and what NCCL's
 watchdog writes) or JSON (``_dump_fr_trace_json``). Each file is read through
-``ddpprof.trace.io`` (regular files only, at most ``DDPPROF_MAX_DUMP_BYTES``, by default
+``ddpprof.core.io`` (regular files only, at most ``DDPPROF_MAX_DUMP_BYTES``, by default
 1 GiB, noticed when changed while read), and a pickle is loaded without resolving any name
 (``safe_pickle``).
 """
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import TraceError, UsageError
-from ..manifest import MANIFEST_NAME
+from ..core.errors import TraceError, UsageError
+from ..core.io import byte_cap, read_regular_file
 from ..record.flight_recorder import FR_DIR
-from ..trace.io import byte_cap, read_regular_file
+from ..run.manifest import MANIFEST_NAME
 from . import safe_pickle
 
 DEFAULT_MAX_DUMP_BYTES = 1024**3

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..advice import Evidence, Finding
 from ..analysis.results import RunProblem
-from ..errors import UsageError
-from ..findings import Evidence, Finding
+from ..core.errors import UsageError
 from ..record.flight_recorder import FR_DIR
 from .diagnose import diagnose
 from .dumps import read

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..report.output import Section
-from ..report.table import Column, Table
+from ..render.output import Section
+from ..render.table import Column, Table
 from .model import Frame
 from .result import Collective, Culprit, Hang, HangDocument, ranks_text, who
 

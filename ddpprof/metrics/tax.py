@@ -36,8 +36,8 @@ import msgspec
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ..processes import usable_cores
-from ..units import KIB, MIB
+from ..core.processes import usable_cores
+from ..core.units import KIB, MIB
 from . import intervals as iv
 from .comm import CollectiveCalls
 from .cost import FitError, fit_cost, traffic_bytes

@@ -18,10 +18,10 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import signal_name
-from ..manifest import RunError
-from ..run_folder import RunFolder
-from ..units import MIB
+from ..core.errors import signal_name
+from ..core.units import MIB
+from ..run.folder import RunFolder
+from ..run.manifest import RunError
 
 ERRORS_DIR = ".errors"
 #: How much of the end of torchrun's log is searched for its report.

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import UsageError
-from ..manifest import InjectedFault
-from ..options import ParamType
-from .config import RunConfig
+from ..core.errors import UsageError
+from ..grammar.options import ParamType
+from ..run.config import RunConfig
+from ..run.manifest import InjectedFault
 
 if TYPE_CHECKING:
     from workloads.faults import Fault, FaultSpec

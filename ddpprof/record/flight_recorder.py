@@ -26,9 +26,6 @@ FR_DIR = "fr"
 #: them: PyTorch's ``fr_trace`` infers the prefix from names ending in the rank.
 DUMP_PREFIX = "rank_"
 _DUMP_NAME = re.compile(rf"^{DUMP_PREFIX}(\d+)$")
-#: PyTorch's default and the size its tutorial suggests: a few hundred steps of DDP, a few
-#: steps of FSDP (one all-gather and one reduce-scatter per unit).
-DEFAULT_BUFFER_SIZE = 2000
 #: The signal that asks a rank for its dump without stopping it.
 DUMP_SIGNAL = signal.SIGUSR1
 #: How long the launcher waits for the ranks' dumps after asking, before it kills them.

@@ -24,9 +24,9 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import UsageError
-from ..manifest import MANIFEST_NAME, owner_is_gone
-from ..run_folder import RunFolder
+from ..core.errors import UsageError
+from ..run.folder import RunFolder
+from ..run.manifest import MANIFEST_NAME, owner_is_gone
 from ..trace.discover import is_trace_file
 from .failure import ERRORS_DIR
 from .flight_recorder import FR_DIR
@@ -39,7 +39,7 @@ _RUN_FILE = re.compile(r"^(?:run\.json|launcher(?:\.node\d+)?\.log|rank\d+\.pt\.
 
 class FolderLocks:
     """Exclusive locks on run folders, held by this process until ``release``, and the folders
-    themselves, open (``ddpprof.run_folder``): every file of a run is written through them."""
+    themselves, open (``ddpprof.run.folder``): every file of a run is written through them."""
 
     def __init__(self) -> None:
         self._held: dict[tuple[int, int], tuple[RunFolder, int]] = {}
@@ -163,7 +163,7 @@ def _refuse(entry: Path, folder: Path) -> None:
 def _check_not_running(folder: Path) -> None:
     """A run.json saying ``running`` whose owner is alive on this host is in use (a recorder
     from before folder locks, or one on a file system without them)."""
-    from ..manifest import read_run_manifest
+    from ..run.manifest import read_run_manifest
 
     try:
         manifest = read_run_manifest(folder)

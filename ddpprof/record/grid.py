@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
 
+from ..run.config import RunConfig
 from ..variants import VARIANTS
-from .config import RunConfig
 
 
 @dataclass(frozen=True)

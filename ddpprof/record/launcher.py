@@ -21,10 +21,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from .. import processes
-from ..atomic import json_text
-from ..errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
-from ..manifest import (
+from ..core import processes
+from ..core.atomic import json_text
+from ..core.errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
+from ..core.progress import Progress
+from ..grammar.options import check_run_name, unknown_model
+from ..run.config import CONFIG_FILE, Launch, RunConfig, encode_hook
+from ..run.folder import FOLDER_ID_ENV, RunFolder
+from ..run.manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     SCHEMA_VERSION,
@@ -34,12 +38,8 @@ from ..manifest import (
     now_iso,
     status_detail,
 )
-from ..options import check_run_name, unknown_model
-from ..progress import Progress
-from ..run_folder import FOLDER_ID_ENV, RunFolder
 from ..variants import VARIANTS
 from . import faults, flight_recorder, folders, grid, measurements, process
-from .config import CONFIG_FILE, Launch, RunConfig, encode_hook
 from .failure import run_error
 
 if TYPE_CHECKING:

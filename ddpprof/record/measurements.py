@@ -7,14 +7,8 @@ import statistics
 
 import msgspec
 
-from ..manifest import (
-    BucketRecord,
-    MemoryRow,
-    MeshRecord,
-    RunMeasurements,
-    StepRecord,
-    Throughput,
-)
+from ..run.manifest import BucketRecord, MemoryRow, RunMeasurements, StepRecord, Throughput
+from ..variants.mesh import MeshRecord
 
 #: Steps whose time stands for training speed: not profiled (wait, after the window), never the
 #: first step, which pays for lazy initialisation.

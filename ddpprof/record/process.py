@@ -15,8 +15,8 @@ mechanisms close every path (Linux; elsewhere only the forwarding of signals hol
   after torchrun exits, any process it left behind is killed and reaped before ``run.json`` is
   finished: no rank writes into a run folder once its status is final.
 
-The requests to the kernel and the reading of ``/proc`` are ``ddpprof.processes``'s, shared with
-``analyze``'s workers and the trace decoders.
+The requests to the kernel and the reading of ``/proc`` are ``ddpprof.core.processes``'s,
+shared with ``analyze``'s workers and the trace decoders.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import os
 import signal
 import time
 
-from ..processes import child_pids, die_with_parent, parent_of
+from ..core.processes import child_pids, die_with_parent, parent_of
 
 #: Set by ``ddpprof record`` in torchrun's environment: the ranks check that their parent's
 #: parent is this process.

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import sanity
+from ..advice import Finding
 from ..analysis import Analysis, RunResult, run_row, step_rows
-from ..findings import Finding
+from ..metrics import sanity
 from ..metrics.tax import ALL, OverlapTax
-from .output import Section
-from .table import Column, Table
+from ..render.output import Section
+from ..render.table import Column, Table
 
 #: The columns a user reads first (every one under ``--wide``). step_ms is the analyzed window
 #: over the steps analyzed (mean over ranks, ``RankMetrics``).
@@ -25,7 +25,8 @@ PER_STEP_COLUMNS = [*(Column(key) for key in (
 SHOWN_FINDINGS = 10
 
 
-#: What a figure that breaks a bound of ``ddpprof.sanity`` shows instead (its note says why).
+#: What a figure that breaks a bound of ``ddpprof.metrics.sanity`` shows instead (its note says
+#: why).
 FLAGGED = "!"
 
 
@@ -43,7 +44,7 @@ def run_lines(analysis: Analysis, findings: list[Finding]) -> list[dict[str, Any
 
 
 def flags(line: dict[str, Any]) -> list[sanity.Flag]:
-    """The figures of a run's (or rank's) row that break a bound (``ddpprof.sanity``)."""
+    """The figures of a run's (or rank's) row that break a bound (``ddpprof.metrics.sanity``)."""
     found = [sanity.share(key, value) for key, value in line.items()
              if key.endswith("_pct") and not key.endswith("_tax_pct")
              and isinstance(value, int | float)]

@@ -11,8 +11,8 @@ from ..graph.model import NodeKind, StepGraph
 from ..graph.path import COMMUNICATION, COMPUTE, HOST, IDLE, INHERITED, WAITING
 from ..graph.summary import StepPath
 from ..metrics.middle import middle_index
-from .charts import layout
-from .table import Column, Table
+from ..render.charts import layout
+from ..render.table import Column, Table
 
 #: The figure draws at most this many nodes per step (the path is always drawn whole).
 MAX_DRAWN_NODES = 5000

@@ -9,10 +9,10 @@ from typing import Any
 import msgspec
 import plotly.graph_objects as go
 
+from ..core.units import MIB
 from ..diff.compare import Delta, ItemDelta, PairDiff
-from ..units import MIB
-from .charts import colour, embed, generated, layout, plotly_js, rounded
-from .table import Column, Table, format_cell, template_environment
+from ..render.charts import colour, embed, generated, layout, plotly_js, rounded
+from ..render.table import Column, Table, format_cell, template_environment
 
 PART_COLUMNS = [
     Column("pair", wide=True, max_width=40), Column("part", attr="label", max_width=34),

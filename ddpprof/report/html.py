@@ -13,7 +13,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from .. import sanity
+from ..advice import Finding
 from ..analysis import Analysis, RunResult, rank_row, run_row
 from ..analysis.group_rows import group_rows
 from ..analysis.rows import (
@@ -24,13 +24,13 @@ from ..analysis.rows import (
     memory_of,
     peak_memory_mib,
 )
-from ..findings import Finding
+from ..core.units import MIB
+from ..metrics import sanity
 from ..metrics.registry import METRICS, label_of, metric
-from ..units import MIB
+from ..render.charts import colour, embed, generated, layout, plotly_js, rounded
+from ..render.table import format_cell, format_value, template_environment
 from ..variants import variant_info
 from . import console
-from .charts import colour, embed, generated, layout, plotly_js, rounded
-from .table import format_cell, format_value, template_environment
 
 #: The comparison table: one name per metric (``ddpprof.metrics.registry``); the page shows
 #: its label and unit, and its name and definition on hover.
@@ -240,7 +240,7 @@ def comparison_rows(run_rows: list[RunRow]) -> tuple[list[dict[str, Any]], list[
     """The comparison table's cells by column (the template's view of the rows), with each
     run's collective calls per step (every kind) and its throughput against the median of the
     one-process runs (``single``: the registry's variant that is not distributed); and the
-    notes of the figures that break a bound (``ddpprof.sanity``), shown as
+    notes of the figures that break a bound (``ddpprof.metrics.sanity``), shown as
     ``console.FLAGGED``."""
     rows = [row.to_dict() for row in run_rows]
     single = [r["samples_per_s"] for r in rows if r["samples_per_s"]
@@ -362,7 +362,7 @@ MEMORY_PARTS = (("params_bytes", "parameters", "#2f7ed8"), ("grads_bytes", "grad
 def memory_figure(runs: list[RunResult]) -> go.Figure | None:
     """Per run, the mean over ranks of what each rank holds (measured, stacked) beside the
     ``ddpprof memory`` estimate for its variant (params, grads and optimizer state)."""
-    from ..memory import recorded_estimate
+    from ..memory.estimate import recorded_estimate
 
     measured = [(run, run.manifest.memory) for run in runs if run.manifest.memory]
     if not measured:

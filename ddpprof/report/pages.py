@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
+from ..render.charts import colour, embed, generated, layout, plotly_js
+from ..render.table import Table, counted, format_cell, template_environment
 from ..variants import DEFAULT_BUCKET_CAP_MIB
-from .charts import colour, embed, generated, layout, plotly_js
-from .table import Table, counted, format_cell, template_environment
 
 if TYPE_CHECKING:
-    from ..bench import BenchDocument, BenchRow
-    from ..calibrate import PointRow
+    from ..bench.scaling import BenchDocument, BenchRow
+    from ..simulate.calibrate import PointRow
     from ..simulate.results import SimulateRow, Simulation
-    from ..sweep import SweepDocument, SweepRow
+    from ..sweep.bucket_caps import SweepDocument, SweepRow
 
 
 def render_page(title: str, intro: list[str], table: Table, figures: list[go.Figure]) -> str:
@@ -50,7 +50,7 @@ def default_cap_marker(fig: go.Figure, caps: list[float], steps: list[float]) ->
 
 def valley_figure(rows: list[SweepRow]) -> go.Figure:
     """Step time against bucket size, one line per variant, the default size marked."""
-    from ..sweep import series
+    from ..sweep.bucket_caps import series
 
     fig = go.Figure()
     for index, name in enumerate(dict.fromkeys(series(r, rows) for r in rows)):

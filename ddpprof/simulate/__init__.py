@@ -7,7 +7,7 @@ step's graph across the ranks and the run's overlap tax (``metrics.tax``). Each 
 replayed (``steps``) with the cost model (``sources``) at the step's cost level, under the
 tax, for the run's own configuration (no edit: the recorded step exactly) and for every
 (world size, cap) asked; each figure is the median over the steps. ``output`` writes it out;
-``advice`` answers ``ddpprof.findings``.
+``advice`` answers ``ddpprof.advice``.
 
 **Profiler overhead**, the same on both sides: the graphs are profiled steps, so a replay
 predicts a profiled step; it is divided by the run's measured ``profiler_overhead_ratio``

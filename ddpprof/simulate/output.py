@@ -7,11 +7,11 @@ from typing import Annotated
 
 import msgspec
 
-from .. import sanity
-from ..errors import UsageError
-from ..json_input import read_json_bytes
-from ..manifest import RunManifest, validation_problem
-from ..units import KIB, MIB
+from ..core.errors import UsageError
+from ..core.json_input import read_json_bytes
+from ..core.units import KIB, MIB
+from ..metrics import sanity
+from ..run.manifest import RunManifest, validation_problem
 from ..variants import DEFAULT_BUCKET_CAP_MIB
 from .results import Measured, SimulateRow, Simulation, best, median_error_pct
 

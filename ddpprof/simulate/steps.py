@@ -17,14 +17,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..core.units import MIB
 from ..graph.contended import Roles, Tax, recorded_work
 from ..graph.edit import CollectiveCost, RankGradients, Rebucket, WorldSize
 from ..graph.model import CycleError, NodeKind, StepGraph
 from ..graph.path import period_us, replay
 from ..graph.whatif import Edit, Outcome, replay_edited
-from ..manifest import BucketRecord
 from ..metrics.cost import CostModel
-from ..units import MIB
+from ..run.manifest import BucketRecord
 from ..variants.bucketing import assign_buckets
 from .sources import Transfer
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import msgspec
 
-from . import storage
+from ..core import storage
+from ..core.storage import Location
 from .decode_events import NO_ARGS, Args, text
 from .events import CommArgs, ProcessGroup
 from .names import shorten
-from .storage import Location
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _HOST_IN_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json")

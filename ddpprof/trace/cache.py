@@ -1,10 +1,10 @@
 """The last trace loaded in this process, kept for the next load of the same unchanged file.
 
-``analyze`` reads rank 0 again for its bucket-cap advice (``ddpprof.simulate.advice``), and
+``analyze`` reads rank 0 again for its bucket-cap advice (``ddpprof.advice.bucket_cap``), and
 decoding a large trace twice would cost as much as the whole analysis. One entry, dropped
 before any other file is decoded, so a process never holds more than the one trace it works
 on. A file is the same when its path, device, inode, size and modification and change times
-are (``ddpprof.trace.io.FileBytes.identity``); a URL is never kept.
+are (``ddpprof.core.io.FileBytes.identity``); a URL is never kept.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..user_regex import compile_user
+from ..core.user_regex import compile_user
 from .comm_kernels import COMM_KERNEL_PATTERNS, SUSPECTED_COMM_KERNELS
 from .comm_spans import (
     ANONYMOUS_GROUP,
@@ -120,7 +120,7 @@ class KernelClassifier:
         patterns = [COMM_KERNEL_PATTERNS[0].regex] if hta_compat else [
             p.regex for p in COMM_KERNEL_PATTERNS]
         self.comm = re.compile("|".join(f"(?:{p})" for p in patterns))
-        # a user's expressions in linear time (``ddpprof.user_regex``): they cannot hang
+        # a user's expressions in linear time (``ddpprof.core.user_regex``): they cannot hang
         self.extra = [compile_user(p, "--comm-kernel") for p in extra]
         self.hta_compat = hta_compat
 

@@ -16,12 +16,12 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import manifest as manifest_module
-from ..atomic import remember_input
-from ..errors import TraceError, UsageError
-from ..manifest import INCOMPLETE, MAX_MANIFEST_BYTES, RunManifest, effective_status
-from . import io, storage
-from .storage import Location
+from ..core import io, storage
+from ..core.atomic import remember_input
+from ..core.errors import TraceError, UsageError
+from ..core.storage import Location
+from ..run import manifest as manifest_module
+from ..run.manifest import INCOMPLETE, MAX_MANIFEST_BYTES, RunManifest, effective_status
 
 MANIFEST_NAME = "run.json"
 #: ``ddpprof calibrate``'s output, which may sit in a run folder or beside run folders.
@@ -76,7 +76,7 @@ def _trace_files(folder: Location) -> tuple[list[Location], list[str]]:
 
 def run_files(folder: Path) -> list[Path]:
     """The files of the run folder ``folder`` a command must never write over: its trace
-    files and ``run.json`` (each remembered as an input, ``ddpprof.atomic.remember_input``)."""
+    files and ``run.json`` (each remembered as an input, ``ddpprof.core.atomic.remember_input``)."""
     try:
         traces, _ = _trace_files(folder)
     except OSError:
@@ -90,7 +90,7 @@ def run_files(folder: Path) -> list[Path]:
 def read_manifest(folder: Location) -> RunManifest:
     """``run.json`` of ``folder``, typed (empty when there is none); a file that cannot be
     read, is not JSON, or holds a field of the wrong type is a UsageError naming it (and the
-    field). A local one is read by ``ddpprof.manifest.read_manifest``."""
+    field). A local one is read by ``ddpprof.run.manifest.read_manifest``."""
     path = storage.join(folder, MANIFEST_NAME)
     if not storage.is_file(path):
         return RunManifest()

@@ -15,9 +15,9 @@ from typing import Any
 
 import msgspec
 
-from ..errors import NotATrace, TraceError
-from .io import NOT_BLANK, TraceBytes
-from .storage import Location
+from ..core.errors import NotATrace, TraceError
+from ..core.io import NOT_BLANK, TraceBytes
+from ..core.storage import Location
 
 _CHUNK_BYTES = 1024 * 1024
 

@@ -23,16 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TraceError
+from ..core import io
+from ..core.errors import TraceError
+from ..core.storage import Location
 from . import args as meaning
-from . import cache, classify, io
+from . import cache, classify
 from .columns import Columns
 from .document import DistributedInfo
 from .events import RankTrace
 from .names import MAX_NAME_CHARS, shorten
 from .parallel import DecoderDied
 from .sliced import DEFAULT_SLICING, Slicing, decode_events
-from .storage import Location
 
 __all__ = ["Slicing", "TraceError", "load"]
 

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from ..processes import die_with_parent
+from ..core.processes import die_with_parent
 from .columns import Columns
 
 Slice = tuple[int, int | None]             # (start, end) offsets; None: to the array's end

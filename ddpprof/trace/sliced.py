@@ -31,7 +31,9 @@ from functools import partial
 import msgspec
 import numpy as np
 
-from ..errors import TraceError
+from ..core.errors import TraceError
+from ..core.io import MemoryBytes, TraceBytes
+from ..core.storage import Location
 from . import jsonscan
 from .columns import Columns
 from .decode_events import NotUTF8, decode_run
@@ -42,10 +44,8 @@ from .document import (
     distributed_info,
     first_byte,
 )
-from .io import MemoryBytes, TraceBytes
 from .parallel import Slice, decode_in_parallel
 from .scanned import add_scanned
-from .storage import Location
 
 _JSON_BLANKS = b" \t\r\n"           # JSON's whitespace; bytes.strip() would take more
 #: Where a key ``"traceEvents"`` is followed by its array.

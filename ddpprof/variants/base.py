@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..manifest import MeshRecord
+from .mesh import MeshRecord
 
 
 class DataParallel(nn.Module):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..units import MIB
+from ..core.units import MIB
 from . import DEFAULT_BUCKET_CAP_MIB
 from .base import DataParallel
 from .bucketing import assign_buckets

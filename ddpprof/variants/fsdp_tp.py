@@ -39,9 +39,9 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 from torch.profiler import record_function
 
-from ..manifest import MeshDim, MeshGroup, MeshRecord
 from .base import wait_for
 from .fsdp import FSDP, decoder_layers
+from .mesh import MeshDim, MeshGroup, MeshRecord
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh

@@ -1,0 +1,1 @@
+"""``ddpprof bench``: the scaling table."""

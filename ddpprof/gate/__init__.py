@@ -1,0 +1,1 @@
+"""``ddpprof gate``: rules over analyze documents, and run-to-run noise."""

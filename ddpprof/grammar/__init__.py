@@ -1,0 +1,1 @@
+"""The command line's grammar: parameter types, options and option groups."""

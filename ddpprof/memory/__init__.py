@@ -1,0 +1,1 @@
+"""``ddpprof memory``: bytes per rank under DDP and ZeRO."""

@@ -1,0 +1,1 @@
+"""Rendering: rich tables, output files (JSON, CSV, Markdown), Plotly charts."""

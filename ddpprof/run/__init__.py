@@ -1,0 +1,1 @@
+"""A run folder: its manifest (``run.json``), its config and its files."""

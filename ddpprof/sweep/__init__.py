@@ -1,0 +1,1 @@
+"""``ddpprof sweep``: the bucket-size valley."""
