@@ -17,11 +17,12 @@ from rich_click import RichCommand, RichGroup
 from . import __version__
 from .commands.variants import help_text
 from .core.errors import Interrupted, RunFailed, UsageError, describe_os_error, without_secrets
-from .core.processes import import_numpy_with_one_blas_thread
+from .core.processes import import_numpy_with_one_blas_thread, out_of_memory
 from .grammar import groups as g
 from .grammar import options as o
 from .grammar.options import exits
 from .record.faults import FAULT, kind_names
+from .render.ascii import install
 from .render.output import Output, Outputs, emit
 from .render.table import terminal_text
 from .run.config import option_fields, record_option_fields
@@ -237,8 +238,6 @@ def variants(outputs: Outputs) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input is one line on stderr and exit 2; a failed run is one line and
     exit 1; a signal that stopped a recording is exit 128 + its number."""
-    from .render.ascii import install
-
     install()       # a stream that cannot encode a rule, an arrow or µ gets ASCII
     try:
         cli.main(args=argv, prog_name="ddpprof", standalone_mode=False)
@@ -250,8 +249,6 @@ def main(argv: list[str] | None = None) -> None:
         _fail(error.format_message() if isinstance(error, click.ClickException) else str(error),
               1)
     except MemoryError:
-        from .core.processes import out_of_memory
-
         _fail(out_of_memory(), 2)
     except click.exceptions.Abort:
         _fail("aborted", 130, prefix="ddpprof: ")

@@ -77,6 +77,8 @@ SYMBOLS = {
     ("ddpprof.record.flight_recorder", "DEFAULT_BUFFER_SIZE"): "ddpprof.run.config",
     ("ddpprof.gate.rules", "ConfigKey"): "ddpprof.run.config_key",
     ("ddpprof.run.manifest", "Rank"): "ddpprof.core.limits",
+    ("ddpprof.diff.compare", "STEP"): "ddpprof.analysis.profile",
+    ("ddpprof.diff.compare", "part_values"): "ddpprof.analysis.profile",
     ("ddpprof.grammar.options", "MAX_RANKS"): "ddpprof.core.limits",
     ("ddpprof.grammar.options", "MIN_BANDWIDTH_GBPS"): "ddpprof.core.limits",
     ("ddpprof.grammar.options", "MAX_BANDWIDTH_GBPS"): "ddpprof.core.limits",

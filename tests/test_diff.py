@@ -17,8 +17,8 @@ from trace_builders import gloo_reduce, grad, span, step, synchronized_steps, wr
 
 from ddpprof.analysis import analyze_paths
 from ddpprof.analysis.parts import PartKey
-from ddpprof.analysis.profile import RunProfile, run_profile
-from ddpprof.diff.compare import STEP, diff_pair
+from ddpprof.analysis.profile import STEP, RunProfile, run_profile
+from ddpprof.diff.compare import diff_pair
 from ddpprof.diff.explain import contributors
 from ddpprof.diff.noise import RunNoise, t_cdf, t_quantile
 

@@ -2,8 +2,10 @@
 
 * no import inside a function but of an optional or heavy dependency (:data:`OPTIONAL`: torch
   and what needs it, HTA, Dask, pandas, fsspec, ...), save the ones :data:`LOCAL_IMPORTS`
-  lists by name, so that the list can only shrink (each either breaks an import cycle between
-  packages or keeps a module off a command's start that does not need it);
+  lists by name, so that the list can only shrink (each keeps a module off a command's start
+  that does not need it);
+* no two packages import each other (a package imports only the layers below it), and the
+  package root holds only the facade, the command line and ``__init__.py``;
 * ``metrics/`` is the pure layer: it imports nothing from the analysis, the reports, the CLI or
   the commands, and never raises the CLI's errors (a caller turns a metric's ``ValueError``
   into its own one-line message).
@@ -20,102 +22,39 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ddpprof"
 
 #: Imported where they are needed, anywhere: heavy (torch and the workloads that need it,
 #: transformers), or optional (HTA for --engine hta, Dask for --scheduler, pandas for
-#: DataFrames, fsspec for URLs, isal for faster gzip).
+#: DataFrames, fsspec for URLs, isal for faster gzip, re2 for --comm-kernel patterns).
 OPTIONAL = {"torch", "workloads", "transformers", "hta", "dask", "distributed", "pandas",
-            "fsspec", "isal", "plotly"}
+            "fsspec", "isal", "plotly", "re2"}
 
 #: Every other import made inside a function today, as "importer: imported" (one entry per
 #: import statement). Remove an entry when its import moves to the top of its module; never
-#: add one. Ten of ddpprof's own would close an import cycle at the top of their module (the
-#: package's ``__init__`` -> analysis, analysis.rows -> diff.profile and -> group_rows,
-#: analysis.runs -> graph.build and -> rows, diff.noise -> diff.compare, findings.ranks ->
-#: graph.summary, gate -> gate_noise, graph.whatif -> graph.edit, options -> variants); the
-#: others keep a module off the start of the commands that do not need it (``analyze`` does
-#: not import the replay machinery, ``tests/test_no_torch.py``).
+#: add one. None breaks an import cycle: ddpprof's own keep the step-graph and replay
+#: machinery off ``analyze`` of traces ddpprof did not record (``tests/test_no_torch.py``:
+#: ``graph.build`` and ``simulate.run`` are imported where a replay is made) or torch off the
+#: launcher (``variants.fsdp_tp``); the light dependencies are ``rich``'s tables and progress
+#: and ``jinja2`` (each 50-170 ms of a command's start, measured with ``python -X importtime``)
+#: and numpy, which ``core.processes`` imports after telling OpenBLAS to use one thread.
 LOCAL_IMPORTS = sorted([
     # ddpprof's own modules
     "ddpprof.advice.bucket_cap: ddpprof.simulate.run",
     "ddpprof.advice.bucket_cap: ddpprof.simulate.sources",
     "ddpprof.advice.ranks: ddpprof.graph.summary",
-    "ddpprof.analysis.document: ddpprof.run.config",
-    "ddpprof.analysis.rows: ddpprof.analysis.group_rows",
-    "ddpprof.analysis.rows: ddpprof.analysis.profile",
-    "ddpprof.analysis.runs: ddpprof.analysis.hta_engine",
-    "ddpprof.analysis.runs: ddpprof.analysis.rows",
     "ddpprof.analysis.runs: ddpprof.graph.build",
-    "ddpprof.cli: ddpprof.core.processes",
-    "ddpprof.cli: ddpprof.render.ascii",
     "ddpprof.commands.analyze: ddpprof.commands.critical_path",
-    "ddpprof.commands.analyze: ddpprof.report.html",
-    "ddpprof.commands.bench: ddpprof.bench.scaling",
-    "ddpprof.commands.bench: ddpprof.metrics.sanity",
-    "ddpprof.commands.bench: ddpprof.record.launcher",
-    "ddpprof.commands.bench: ddpprof.report.console",
-    "ddpprof.commands.bench: ddpprof.report.pages",
-    "ddpprof.commands.calibrate: ddpprof.report.pages",
-    "ddpprof.commands.calibrate: ddpprof.simulate.calibrate",
-    "ddpprof.commands.critical_path: ddpprof.report.critical_path",
-    "ddpprof.commands.critical_path: ddpprof.report.critical_path",
-    "ddpprof.commands.critical_path: ddpprof.report.critical_path",
-    "ddpprof.commands.critical_path: ddpprof.report.pages",
-    "ddpprof.commands.diff: ddpprof.report.diff",
-    "ddpprof.commands.gate: ddpprof.diff.compare",
-    "ddpprof.commands.gate: ddpprof.diff.explain",
-    "ddpprof.commands.record: ddpprof.record.launcher",
-    "ddpprof.commands.simulate: ddpprof.graph.whatif",
-    "ddpprof.commands.simulate: ddpprof.report.pages",
-    "ddpprof.commands.simulate: ddpprof.simulate.output",
-    "ddpprof.commands.simulate: ddpprof.simulate.run",
-    "ddpprof.commands.sweep: ddpprof.record.launcher",
-    "ddpprof.commands.sweep: ddpprof.report.pages",
-    "ddpprof.commands.sweep: ddpprof.sweep.bucket_caps",
-    "ddpprof.diff.noise: ddpprof.diff.compare",
-    "ddpprof.gate.rules: ddpprof.advice",
-    "ddpprof.gate.rules: ddpprof.advice.bucket_cap",
-    "ddpprof.gate.rules: ddpprof.analysis",
-    "ddpprof.gate.rules: ddpprof.analysis.profile",
-    "ddpprof.gate.rules: ddpprof.diff.noise",
-    "ddpprof.gate.rules: ddpprof.gate.noise",
-    "ddpprof.gate.rules: ddpprof.report.console",
-    "ddpprof.grammar.options: ddpprof.metrics.registry",
-    "ddpprof.grammar.options: ddpprof.render.output",
-    "ddpprof.grammar.options: ddpprof.trace.work_names",
-    "ddpprof.grammar.options: ddpprof.variants",
-    "ddpprof.grammar.params: ddpprof.metrics.registry",
-    "ddpprof.graph.whatif: ddpprof.graph.edit",
-    "ddpprof.memory.estimate: ddpprof.grammar.options",
-    "ddpprof.record.folders: ddpprof.run.manifest",
     "ddpprof.record.launcher: ddpprof.variants.fsdp_tp",
-    "ddpprof.report.console: ddpprof.analysis.group_rows",
-    "ddpprof.report.html: ddpprof.memory.estimate",
-    "ddpprof.report.pages: ddpprof.sweep.bucket_caps",
-    "ddpprof.simulate.calibrate: ddpprof.analysis",
-    "ddpprof.simulate.calibrate: ddpprof.core.processes",
-    "ddpprof.simulate.calibrate: ddpprof.core.progress",
-    "ddpprof.simulate.calibrate: ddpprof.core.storage",
-    "ddpprof.simulate.calibrate: ddpprof.record.failure",
-    "ddpprof.simulate.calibrate: ddpprof.record.folders",
-    "ddpprof.simulate.calibrate: ddpprof.record.launcher",
-    "ddpprof.simulate.calibrate: ddpprof.record.launcher",
-    "ddpprof.simulate.calibrate: ddpprof.record.process",
-    "ddpprof.simulate.sources: ddpprof.simulate.calibrate",
-    "ddpprof.simulate.sources: ddpprof.simulate.calibrate",
     # light dependencies kept off a command's start
     "ddpprof.core.processes: numpy",
-    "ddpprof.core.processes: resource",
     "ddpprof.core.progress: rich.console",
     "ddpprof.core.progress: rich.markup",
     "ddpprof.core.progress: rich.markup",
     "ddpprof.core.progress: rich.markup",
     "ddpprof.core.progress: rich.progress",
     "ddpprof.core.progress: rich.progress",
-    "ddpprof.core.user_regex: re2",
     "ddpprof.render.table: jinja2",
     "ddpprof.render.table: rich",
     "ddpprof.render.table: rich.console",
     "ddpprof.render.table: rich.table",
     "ddpprof.render.table: rich.text",
-    "ddpprof.simulate.calibrate: numpy",
     # the facade (ddpprof.Job): each analyzer loads its machinery when first called, so that
     # ``import ddpprof`` and ``analyze`` stay as light as before (tests/test_no_torch.py)
     "ddpprof.job: ddpprof.analysis",
@@ -134,6 +73,11 @@ LOCAL_IMPORTS = sorted([
     "ddpprof: ddpprof.analysis",
     "ddpprof: ddpprof.job",
 ])
+
+#: The modules of the package root: the facade (``ddpprof.Job``), the command line, and the
+#: package itself (``python -m ddpprof``); everything else lives in a package of its feature
+#: or layer (docs/layout.md).
+ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "job.py", "job_results.py"}
 
 #: What ``metrics/`` (pure functions on arrays) must never import.
 ABOVE_METRICS = ("ddpprof.analysis", "ddpprof.report", "ddpprof.cli", "ddpprof.commands",
@@ -203,3 +147,25 @@ def test_metrics_is_the_pure_layer():
         names = {n.id for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                  if isinstance(n, ast.Name)}
         assert not names & {"UsageError", "TraceError", "RunFailed"}, path.name
+
+
+def _package(module: str) -> str:
+    """``ddpprof.gate.rules`` -> ``gate``; a module of the root is a package of its own."""
+    return module.split(".")[1] if "." in module else "ddpprof"
+
+
+def test_no_two_packages_import_each_other():
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, imports in _graph().items():
+        for target, _ in imports:
+            if target.startswith("ddpprof.") and _package(module) != _package(target):
+                edges.setdefault((_package(module), _package(target)), []).append(
+                    f"{module} -> {target}")
+    both = [f"{a} <-> {b}: " + "; ".join(sorted({*edges[(a, b)], *edges[(b, a)]}))
+            for a, b in sorted(edges) if a < b and (b, a) in edges]
+    assert both == [], "two-way dependencies between packages:\n" + "\n".join(both)
+
+
+def test_the_package_root_holds_only_the_facade_and_the_command_line():
+    modules = {p.name for p in PACKAGE.glob("*.py")}
+    assert modules <= ROOT_MODULES, f"move into a package: {sorted(modules - ROOT_MODULES)}"

@@ -15,6 +15,7 @@ from msgspec import Meta
 
 from ..core.errors import UsageError
 from ..core.limits import MAX_RANKS
+from ..run.config import decode_hook
 from ..run.manifest import validation_problem
 from .profile import RunProfile
 
@@ -91,7 +92,6 @@ def analyzed_runs(document: Any, source: str) -> tuple[AnalyzeDocument, list[Ana
     if decoded.version not in ANALYZE_VERSIONS:
         raise UsageError(f"{source}: analyze schema version {decoded.version!r}, this ddpprof "
                          f"reads versions {', '.join(map(str, ANALYZE_VERSIONS))}")
-    from ..run.config import decode_hook
 
     runs = []
     for index, row in enumerate(decoded.runs):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any
 
 import msgspec
@@ -325,3 +325,25 @@ def profile_of_row(row: dict[str, Any], source: str) -> RunProfile | None:
     except msgspec.ValidationError as error:
         raise UsageError(f"{source}: run {row.get('run')!r}: profile."
                          f"{validation_problem(error)}") from None
+
+
+#: The step itself, as a part: ``part_values`` of it is the step time.
+STEP = PartKey("step")
+
+
+def part_values(profiles: Sequence[RunProfile], key: PartKey
+                 ) -> tuple[list[float], list[list[float]], list[float]]:
+    """Per recording: the part's mean, its per-step series and the mean step (0 where the
+    recording has no such part)."""
+    means, series = [], []
+    for profile in profiles:
+        if key == STEP:
+            means.append(profile.step_ms)
+            series.append(profile.step_series_ms)
+        elif (k := profile.part_index.get(key)) is not None:
+            means.append(profile.part_ms[k])
+            series.append(profile.part_series_ms[k])
+        else:
+            means.append(0.0)
+            series.append([0.0] * len(profile.step_series_ms))
+    return means, series, [p.step_ms for p in profiles]

@@ -9,18 +9,18 @@ optimizer step (``ddpprof record`` steps the profiler after each ``optimizer.ste
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
 from ..core.units import MIB
 from ..metrics.comm import CollectiveStats
 from ..run.manifest import MemoryRow
+from .group_rows import group_rows, rank_group_rows
+from .profile import profile_json, run_profile
 from .results import Analysis, RankResult, RunProblem, RunResult, StepRow
-
-if TYPE_CHECKING:
-    from ..advice import Finding
 
 #: 5: metrics named as everywhere else (``exposed_comm_pct``, was ``comm_overhead_pct``;
 #: ``bucket_cap_mib``, was ``bucket_cap_mb``: ``ddpprof.metrics.registry.RENAMED``);
@@ -272,13 +272,17 @@ def _problem(problem: RunProblem) -> dict[str, Any]:
     return {"run": problem.run, "error": problem.error, "status": problem.status}
 
 
-def to_json_document(analysis: Analysis, findings: list[Finding] | None = None
+class Serializable(Protocol):
+    """What the document needs of a finding (``ddpprof.advice.Finding``, a layer above the
+    analysis): its JSON form."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def to_json_document(analysis: Analysis, findings: Sequence[Serializable] | None = None
                      ) -> dict[str, Any]:
     """The stable ``--json`` schema (the gate's input); ``findings`` are
     ``ddpprof.advice.Finding``s."""
-    from .group_rows import group_rows, rank_group_rows
-    from .profile import profile_json, run_profile
-
     runs = []
     for run in analysis.runs:
         profile = run_profile(run)

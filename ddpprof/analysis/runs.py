@@ -30,9 +30,11 @@ from ..variants import VARIANT_NAMES
 from .buckets import BucketTimeline
 from .executors import Executor, Progress, executor_for
 from .groups import run_groups
+from .hta_engine import hta_breakdowns, with_native_comm
 from .options import ADVISED_STEPS, AnalysisOptions
 from .rank import analyze_rank
 from .results import Analysis, RankResult, RunProblem, RunResult
+from .rows import run_row
 
 if TYPE_CHECKING:
     import pandas
@@ -286,8 +288,6 @@ def _without_other_json(outcomes: list[_Outcome]) -> tuple[list[_Outcome], list[
 
 def _with_hta(run: RunInput, results: list[RankResult], keep_last_step: bool
               ) -> list[RankResult]:
-    from .hta_engine import hta_breakdowns, with_native_comm
-
     local = [p for p in run.traces if isinstance(p, Path)]
     if len(local) < len(run.traces):
         raise TraceError(run.folder, "--engine hta reads local files only; use --engine native "
@@ -381,8 +381,6 @@ def analyze(path: str | Path, keep_last_step: bool = False) -> pandas.DataFrame:
     folder, a folder of runs or a trace file. Raises :class:`ddpprof.core.errors.UsageError` if any
     run cannot be analyzed."""
     import pandas
-
-    from .rows import run_row
 
     analysis = analyze_paths([Path(path)], AnalysisOptions(keep_last_step=keep_last_step))
     if analysis.errors:

@@ -15,6 +15,7 @@ from ..hang.finding import hang_findings
 from ..job import JobSet, analysis_options
 from ..render.output import Output, Outputs
 from ..report import console
+from ..report.html import render_report
 
 if TYPE_CHECKING:
     from .critical_path import AnalyzedPaths
@@ -60,8 +61,6 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
         errors.append("no run finished recording")
 
     def page() -> str:
-        from ..report.html import render_report
-
         return render_report(analysis, f"ddpprof: {page_name}", advice,
                              critical.figures() if critical is not None else ())
 

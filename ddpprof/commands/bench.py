@@ -6,8 +6,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..bench import scaling as benching
+from ..metrics import sanity
+from ..record.launcher import Recording, validate
 from ..render.output import Output, Outputs
 from ..render.table import Table
+from ..report.console import FLAGGED
+from ..report.pages import bench_page
 from ..run.config import RunConfig
 from . import require_record_extra
 
@@ -19,9 +24,6 @@ def bench(models: list[str], variants: list[str], nprocs: list[int], repeats: in
           steps: int, global_batch: int, backend: str, warmup_steps: int, overhead: bool,
           out: Path, outputs: Outputs) -> Output:
     require_record_extra("bench")
-    from ..bench import scaling as benching
-    from ..record.launcher import Recording, validate
-
     benching.check_variants(variants)
     outputs.check("bench", runs_under=[out])
     base = Recording(variants, RunConfig(model=models[0], nproc=max(nprocs), steps=steps,
@@ -35,8 +37,6 @@ def bench(models: list[str], variants: list[str], nprocs: list[int], repeats: in
     table = Table(benching.COLUMNS, shown)
 
     def page() -> str:
-        from ..report.pages import bench_page
-
         return bench_page(document, table)
 
     return Output(document, [table], page=page, page_name="bench", title="ddpprof bench",
@@ -47,9 +47,6 @@ def checked_speedups(rows: list[BenchRow]) -> tuple[list[dict[str, Any]], list[s
     """The rows as the table shows them: a speedup beyond the process count (and its
     efficiency) as ``console.FLAGGED``, with a note saying why (``ddpprof.metrics.sanity``); the
     JSON keeps the numbers."""
-    from ..metrics import sanity
-    from ..report.console import FLAGGED
-
     shown, notes = [], []
     for row in rows:
         line = asdict(row)

@@ -7,6 +7,8 @@ from pathlib import Path
 from ..core.errors import RunFailed, UsageError
 from ..render.output import Output, Outputs
 from ..render.table import Table
+from ..report.pages import calibration_page
+from ..simulate import calibrate as calibration
 from . import require_record_extra
 
 
@@ -15,7 +17,6 @@ def calibrate(backend: str, nprocs: list[int], nnodes: int, node_rank: int,
               step_factor: float, warmup_iters: int, iters: int, out: Path,
               outputs: Outputs, tax_from: Path | None = None) -> Output:
     require_record_extra("calibrate")
-    from ..simulate import calibrate as calibration
 
     if len(nprocs) != 1:
         raise UsageError("--nproc: a calibration measures one world size; give one value")
@@ -39,8 +40,6 @@ def calibrate(backend: str, nprocs: list[int], nnodes: int, node_rank: int,
     summary = calibration.describe(result)
 
     def page() -> str:
-        from ..report.pages import calibration_page
-
         return calibration_page(summary, table, rows)
 
     return Output(result, [table], notes=[summary, f"written: {target}"], page=page,

@@ -26,7 +26,10 @@ from ..graph.summary import CriticalPathDocument, StepPath, run_paths
 from ..graph.whatif import Edit, parse_edits
 from ..render.output import Output, Outputs, Section
 from ..render.table import Table
+from ..report import critical_path as report
 from ..report.console import note_lines
+from ..report.critical_path import path_figure
+from ..report.pages import render_page
 
 #: Steps drawn on a page: each figure carries every node of its step.
 MAX_FIGURES = 8
@@ -61,8 +64,6 @@ def critical_paths(analysis: Analysis, edits: list[list[Edit]]
 def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[str],
                   faster_network: Sequence[str], rank_delay: Sequence[str],
                   graph_json: Path | None, outputs: Outputs) -> Output:
-    from ..report import critical_path as report
-
     edits = edits_of(faster, faster_network, rank_delay)
     locations = [location_of(path) for path in paths]
     page_name = f"{report_name(locations[0])}-critical-path" if len(locations) == 1 else \
@@ -95,8 +96,6 @@ def critical_path(paths: Sequence[str], keep_last_step: bool, faster: Sequence[s
                      for name, found in graphs.items()}}))
 
     def page() -> str:
-        from ..report.pages import render_page
-
         figures = [report.path_figure(graph, step) for step, graph in zip(
             steps, (g for found in graphs.values() for g in found), strict=True)][:MAX_FIGURES]
         return render_page("ddpprof critical-path", report.summary_lines(steps),
@@ -128,8 +127,6 @@ class AnalyzedPaths:
 
     def figures(self) -> list[Any]:   # plotly figures (plotly has no types)
         """Each run's first step drawn over its ranks' timelines (at most ``MAX_FIGURES``)."""
-        from ..report.critical_path import path_figure
-
         return [path_figure(graphs[0], next(s for s in self.steps if s.run == run))
                 for run, graphs in self.graphs.items() if graphs][:MAX_FIGURES]
 
@@ -138,8 +135,6 @@ class AnalyzedPaths:
 
     def add_to(self, document: dict[str, Any], tables: list[Table], sections: list[Section]
                ) -> None:
-        from ..report import critical_path as report
-
         document["critical_path"] = {"steps": msgspec.to_builtins(self.steps),
                                      "notes": self.notes}
         if self.steps:

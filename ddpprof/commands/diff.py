@@ -17,6 +17,7 @@ from ..diff.compare import PairDiff, diff_pair
 from ..diff.inputs import load_side, pair
 from ..diff.noise import DEFAULT_NOISE, RunNoise
 from ..render.output import Output, Outputs
+from ..report import diff as report
 
 
 class DiffDocument(msgspec.Struct, kw_only=True):
@@ -69,7 +70,6 @@ def diff(before: str, after: str, significance: float, keep_last_step: bool,
     notes = list(dict.fromkeys(notes))
     document = DiffDocument(before=before, after=after, significance=significance,
                             noise=noise, pairs=pairs, notes=notes)
-    from ..report import diff as report
 
     intro = [line for p in pairs for line in report.summary_lines(p, significance)]
     changed = sum(p.verdict == "significant change" for p in pairs)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from ..core import progress
 from ..core.errors import UsageError
+from ..diff.compare import diff_pair
+from ..diff.explain import contributors
 from ..diff.noise import DEFAULT_NOISE, RunNoise
 from ..gate import rules as gating
 from ..render.output import Output, Outputs, Section
@@ -46,9 +48,6 @@ def explain(verdicts: list[gating.Verdict], pairs: list[tuple[gating.GateRun, ga
             significance: float, noise: RunNoise) -> list[Explanation]:
     """For each run with a FAIL, its failed checks and the diff's top contributors (when both
     documents carry profiles)."""
-    from ..diff.compare import diff_pair
-    from ..diff.explain import contributors
-
     found = []
     for now, before in pairs:
         failed = [v for v in verdicts if v.run == now.name and v.verdict == "FAIL"]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import UsageError, describe_os_error
 from ..record import grid
 from ..record.launcher import Recording, RunOutcome
+from ..record.launcher import record as record_runs
 from ..render.output import Output, Outputs
 from ..render.table import Column, Table, columns
 from ..run.config import RunConfig
@@ -70,7 +71,6 @@ def record(variants: list[str], models: list[str], nprocs: list[int], bucket_cap
            out: Path, name: str | None, outputs: Outputs, faults: Sequence[FaultSpec] = (),
            **fields: Any) -> Output:
     require_record_extra("record")
-    from ..record.launcher import record as record_runs
 
     base = RunConfig(**fields)
     recording = Recording(variants, base, out, name, outputs.quiet,

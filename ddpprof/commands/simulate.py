@@ -10,8 +10,12 @@ from pathlib import Path
 from ..core import progress
 from ..core.errors import UsageError
 from ..core.storage import location_of, report_name
+from ..graph.whatif import parse_edits
 from ..render.output import Output, Outputs, Section
 from ..render.table import Column, Table, columns, terminal_text
+from ..report.pages import simulate_page
+from ..simulate import output as sim_output
+from ..simulate.run import simulate_run
 
 #: The table of the predictions (``SimulateRow``), named as every other command names them.
 COLUMNS = [*columns("variant", "world_size", "bucket_cap_mib", "step_ms"),
@@ -25,10 +29,6 @@ def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int
              calibration: Path | None, bandwidth_gbps: float | None, latency_us: float | None,
              shared_cores: int | None, ready_order: bool, measured: Path | None,
              keep_last_step: bool, outputs: Outputs) -> Output:
-    from ..graph.whatif import parse_edits
-    from ..simulate import output as sim_output
-    from ..simulate.run import simulate_run
-
     edits = parse_edits(faster, faster_network, rank_delay)
 
     if (bandwidth_gbps is None) != (latency_us is None):
@@ -51,8 +51,6 @@ def simulate(run_path: Path, bucket_caps_mib: list[float], world_sizes: list[int
     table = Table(COLUMNS, result.rows)
 
     def page() -> str:
-        from ..report.pages import simulate_page
-
         return simulate_page(result, summary, table)
 
     return Output(sim_output.to_json_document(result), [table],

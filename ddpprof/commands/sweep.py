@@ -5,18 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..record import grid
+from ..record.launcher import Recording
 from ..render.output import Output, Outputs
 from ..render.table import Table
+from ..report.pages import sweep_page
 from ..run.config import RunConfig
+from ..sweep import bucket_caps as sweeping
 from . import require_record_extra
 
 
 def sweep(variants: list[str], bucket_caps_mib: list[float], models: list[str], nprocs: list[int],
           steps: int, global_batch: int, backend: str, out: Path, outputs: Outputs) -> Output:
     require_record_extra("sweep")
-    from ..record.launcher import Recording
-    from ..sweep import bucket_caps as sweeping
-
     sweeping.check_variants(variants)
     outputs.check("sweep", runs_under=[out])
     base_config = RunConfig(model=models[0], nproc=nprocs[0], steps=steps,
@@ -29,8 +29,6 @@ def sweep(variants: list[str], bucket_caps_mib: list[float], models: list[str], 
     failed = [r for r in rows if r.status != "complete"]
 
     def page() -> str:
-        from ..report.pages import sweep_page
-
         return sweep_page(document, table)
 
     best = sweeping.best_sizes(rows)

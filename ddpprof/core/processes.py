@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import sys
 from collections.abc import Callable
@@ -140,8 +141,6 @@ def memory_room() -> tuple[int, str] | None:
     if (cgroup := _cgroup_room()) is not None:
         found.append((cgroup, "its cgroup's memory.max"))
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        import resource
-
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
         if soft != resource.RLIM_INFINITY:
             found.append((max(0, soft - _address_space_bytes()),

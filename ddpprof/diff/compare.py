@@ -12,7 +12,7 @@ from typing import TypeVar
 import msgspec
 
 from ..analysis.parts import PartKey
-from ..analysis.profile import RunProfile
+from ..analysis.profile import STEP, RunProfile, part_values
 from ..run.config import encode_hook
 from .noise import (
     DEFAULT_NOISE,
@@ -27,7 +27,6 @@ from .noise import (
 
 #: Items listed under each of the parts that moved the most: those that moved the most.
 TOP_MOVED, TOP_PARTS = 5, 6
-STEP = PartKey("step")
 #: A pair's verdict where no noise estimate exists.
 NO_VERDICT = "no verdict: one step a side and no repeats"
 Key = TypeVar("Key", bound=Hashable)
@@ -138,24 +137,6 @@ class PairDiff(msgspec.Struct, kw_only=True, frozen=True):
 def _mean(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.fmean(known) if known else None
-
-
-def part_values(profiles: Sequence[RunProfile], key: PartKey
-                 ) -> tuple[list[float], list[list[float]], list[float]]:
-    """Per recording: the part's mean, its per-step series and the mean step (0 where the
-    recording has no such part)."""
-    means, series = [], []
-    for profile in profiles:
-        if key == STEP:
-            means.append(profile.step_ms)
-            series.append(profile.step_series_ms)
-        elif (k := profile.part_index.get(key)) is not None:
-            means.append(profile.part_ms[k])
-            series.append(profile.part_series_ms[k])
-        else:
-            means.append(0.0)
-            series.append([0.0] * len(profile.step_series_ms))
-    return means, series, [p.step_ms for p in profiles]
 
 
 def _rank_move(before: Sequence[RunProfile], after: Sequence[RunProfile], key: PartKey

@@ -42,6 +42,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from ..analysis.profile import STEP, part_values
+
 if TYPE_CHECKING:
     from ..analysis.profile import RunProfile
 
@@ -357,8 +359,6 @@ def fit_run_noise(profiles: Sequence[RunProfile], measured: str,
     * ``waiting_of_step``: over the mean step, for waiting for a rank.
 
     It holds for runs recorded like these (:class:`Setup`), which must share one setup."""
-    from .compare import STEP, part_values
-
     setups = {Setup.of(p) for p in profiles}
     if len(setups) != 1:
         raise ValueError(f"recordings of several setups: {sorted(s.describe() for s in setups)}")

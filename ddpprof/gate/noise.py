@@ -22,10 +22,10 @@ import math
 from typing import TYPE_CHECKING
 
 from ..diff.noise import Difference, RunNoise, Side, difference, one_sided_margin, side
-from .rules import GateRun, Rule
 
 if TYPE_CHECKING:
     from ..analysis.profile import RunProfile
+    from .rules import GateRun, Rule
 
 #: The variance of a median of normal samples against that of their mean.
 MEDIAN_EFFICIENCY = math.pi / 2

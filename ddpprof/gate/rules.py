@@ -36,14 +36,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..advice import findings
+from ..advice.bucket_cap import cap_advice_for_runs
+from ..analysis import AnalysisOptions, analyze_paths, to_json_document
 from ..analysis.document import analyzed_runs
+from ..analysis.profile import profile_of_row
 from ..core.errors import UsageError
 from ..core.json_input import read_json_bytes
 from ..core.numbers import ascii_whole
+from ..diff.noise import DEFAULT_NOISE
 from ..grammar.options import ranks_text
 from ..metrics.registry import RENAMED, suggestion
 from ..render.table import Column
+from ..report.console import note_lines
 from ..run.config_key import ConfigKey
+from .noise import margin_of
 
 if TYPE_CHECKING:
     from ..analysis.profile import RunProfile
@@ -181,8 +188,6 @@ class GateRun:
 
     def profiles(self) -> list[RunProfile]:
         """The profiles (``ddpprof diff``'s parts) of its repeats, where the rows hold one."""
-        from ..analysis.profile import profile_of_row
-
         found = [profile_of_row(row, self.name) for row in self.members or [self.row]]
         return [p for p in found if p is not None]
 
@@ -200,20 +205,14 @@ def load_runs(path: Path, must_be_json: bool = False, notes: list[str] | None = 
         except (ValueError, RecursionError) as error:
             raise UsageError(f"{path}: not JSON ({error})") from None
         return runs_of(document, str(path))
-    from ..analysis import AnalysisOptions, analyze_paths, to_json_document
 
     analysis = analyze_paths([path], AnalysisOptions(replay_graphs=with_findings))
     if analysis.errors:
         raise UsageError(analysis.errors[0].error)
     if notes is not None:
-        from ..report.console import note_lines
-
         notes += note_lines(analysis)
     found = None
     if with_findings:
-        from ..advice import findings
-        from ..advice.bucket_cap import cap_advice_for_runs
-
         found = findings(analysis.runs, cap_advice_for_runs(analysis.runs))
     return runs_of(to_json_document(analysis, found), str(path))
 
@@ -405,9 +404,6 @@ def evaluate(rules: list[Rule], current: list[GateRun], baseline: list[GateRun],
     the baseline's value where the baseline has none is an error. With ``significance``, a
     broken rule FAILs only beyond the noise (``gate_noise``; ``noise``: the prior of
     ``ddpprof diff`` for ``step_ms``, its default when None)."""
-    from ..diff.noise import DEFAULT_NOISE
-    from .noise import margin_of
-
     pairs = match_runs(current, baseline)
     if not pairs:
         raise UsageError("no run to compare: both sides hold no complete run")

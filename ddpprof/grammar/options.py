@@ -36,6 +36,10 @@ from ..core.limits import (
 )
 from ..core.numbers import ascii_decimal, ascii_whole
 from ..core.units import GIB, KIB, MIB
+from ..metrics.registry import suggestion
+from ..render.output import Outputs
+from ..trace.work_names import WORK_CLASSES
+from ..variants import BUCKETED_VARIANT_NAMES, VARIANT_NAMES, VARIANTS_IN_ALL
 from .params import FiniteFloat, Suggesting, Whole
 from .params import ListOf as ListOf
 
@@ -143,12 +147,8 @@ class WhatIf(ParamType):
                 self.fail(f"{value!r}: a delay is at most {MAX_DELAY_US:g} µs either way",
                           param, ctx)
             return f"{rank}={amount_text.strip()}"
-        if self.kind == "faster":
-            from ..trace.work_names import WORK_CLASSES
-
-            if target.strip() not in WORK_CLASSES:
-                self.fail(f"{value!r}: the class is one of {', '.join(WORK_CLASSES)}", param,
-                          ctx)
+        if self.kind == "faster" and target.strip() not in WORK_CLASSES:
+            self.fail(f"{value!r}: the class is one of {', '.join(WORK_CLASSES)}", param, ctx)
         if not 0 <= amount < 100:
             self.fail(f"{value!r}: the percentage must be in [0, 100)", param, ctx)
         return text
@@ -278,8 +278,6 @@ def list_option(*decls: str, item: ParamType, help: str, default: str | None = N
 def variant_option(default: str, bucketed: bool = False) -> Callable[[F], F]:
     """``--variant``: any of the registry's variants, or with ``bucketed`` those with buckets
     (``all`` is then every bucketed one, else every variant of ``VARIANTS_IN_ALL``)."""
-    from ..variants import BUCKETED_VARIANT_NAMES, VARIANT_NAMES, VARIANTS_IN_ALL
-
     if bucketed:
         offered = everything = BUCKETED_VARIANT_NAMES
         note = ""
@@ -306,8 +304,6 @@ def unknown_model(model: str) -> str:
     """What to say of a model name that is not one of ``workloads.configs.MODEL_NAMES``: the
     closest one, and where the names are."""
     from workloads.configs import MODEL_NAMES
-
-    from ..metrics.registry import suggestion
 
     return (f"unknown model {model!r}{suggestion(model, MODEL_NAMES)}; one of "
             f"{', '.join(MODEL_NAMES)}, or give --model-path")
@@ -362,8 +358,6 @@ def outputs(json: str, table: bool = True, html: str | None = None,
                          csv_file: Path | None = None, markdown_file: Path | None = None,
                          wide: bool = False, html: bool = False, html_file: Path | None = None,
                          quiet: bool = False, **kwargs: Any) -> Any:
-            from ..render.output import Outputs
-
             return command(*args, outputs=Outputs(json_file, csv_file, markdown_file,
                                                   html or html_file is not None, html_file,
                                                   wide, quiet), **kwargs)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.numbers import ascii_decimal, ascii_whole
+from ..metrics.registry import suggestion
 
 if TYPE_CHECKING:
     ParamType = click.ParamType[Any]
@@ -105,7 +106,6 @@ class Suggesting(click.Choice):  # type: ignore[type-arg]  # click 8.1's Choice 
                 ctx: click.Context | None) -> Any:
         if value in self.choices:
             return value
-        from ..metrics.registry import suggestion
 
         close = suggestion(str(value), [str(c) for c in self.choices])
         where = (f"; {self.listed_by} lists them" if self.listed_by

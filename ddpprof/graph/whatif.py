@@ -28,7 +28,15 @@ from ..metrics import intervals as iv
 from ..trace.work_names import WORK_CLASSES
 from . import contended
 from .contended import Roles, Tax
-from .edit import CollectiveCost, Editable, Rebucket, WorldSize, rebucket, scale_world
+from .edit import (
+    CollectiveCost,
+    Editable,
+    Rebucket,
+    WorldSize,
+    optimizer_start,
+    rebucket,
+    scale_world,
+)
 from .model import NodeKind, StepGraph
 from .path import Schedule, period_us
 
@@ -173,8 +181,6 @@ def _count(buckets: dict[int, int]) -> int | None:
 
 def _recorded_buckets(graph: StepGraph) -> int | None:
     """The most collectives of one kind a rank ran before its optimizer."""
-    from .edit import optimizer_start
-
     counts: dict[tuple[int, str], int] = {}
     begins = {rank: optimizer_start(graph, rank) for rank in {c.rank for c in graph.collectives}}
     for c in graph.collectives:

@@ -35,6 +35,7 @@ import msgspec
 
 from ..core.errors import UsageError
 from ..core.units import GIB, MIB
+from ..grammar.options import unknown_model
 from ..metrics.comm import BUS_FACTOR
 from ..render.table import Column, Table, columns
 from ..run.manifest import MANIFEST_NAME, MemoryRow, RunManifest, read_manifest
@@ -160,8 +161,6 @@ def model_parameters(model: str | None, model_path: Path | None) -> tuple[str, i
         except (OSError, ValueError, KeyError) as error:
             raise UsageError(f"{model_path}: cannot build its model ({error})") from None
     if model not in MODEL_NAMES:
-        from ..grammar.options import unknown_model
-
         raise UsageError(unknown_model(str(model)))
     return model, model_parameter_count(model)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..core.errors import UsageError
 from ..run.folder import RunFolder
-from ..run.manifest import MANIFEST_NAME, owner_is_gone
+from ..run.manifest import MANIFEST_NAME, owner_is_gone, read_run_manifest
 from ..trace.discover import is_trace_file
 from .failure import ERRORS_DIR
 from .flight_recorder import FR_DIR
@@ -163,8 +163,6 @@ def _refuse(entry: Path, folder: Path) -> None:
 def _check_not_running(folder: Path) -> None:
     """A run.json saying ``running`` whose owner is alive on this host is in use (a recorder
     from before folder locks, or one on a file system without them)."""
-    from ..run.manifest import read_run_manifest
-
     try:
         manifest = read_run_manifest(folder)
     except UsageError:

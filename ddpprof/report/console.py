@@ -8,6 +8,7 @@ from typing import Any
 
 from ..advice import Finding
 from ..analysis import Analysis, RunResult, run_row, step_rows
+from ..analysis.group_rows import group_rows
 from ..metrics import sanity
 from ..metrics.tax import ALL, OverlapTax
 from ..render.output import Section
@@ -87,8 +88,6 @@ _GROUP_WIDE = ("description", "source", "bytes_per_step", "algbw_gbps", "transfe
 
 def group_table(analysis: Analysis) -> Table | None:
     """Communication per process group, for the runs that have two groups or more."""
-    from ..analysis.group_rows import group_rows
-
     lines = [{"run": run.name, **row.to_dict()} for run in analysis.runs
              if len(run.process_groups) > 1 for row in group_rows(run)]
     if not lines:

@@ -25,6 +25,7 @@ from ..analysis.rows import (
     peak_memory_mib,
 )
 from ..core.units import MIB
+from ..memory.estimate import recorded_estimate
 from ..metrics import sanity
 from ..metrics.registry import METRICS, label_of, metric
 from ..render.charts import colour, embed, generated, layout, plotly_js, rounded
@@ -362,8 +363,6 @@ MEMORY_PARTS = (("params_bytes", "parameters", "#2f7ed8"), ("grads_bytes", "grad
 def memory_figure(runs: list[RunResult]) -> go.Figure | None:
     """Per run, the mean over ranks of what each rank holds (measured, stacked) beside the
     ``ddpprof memory`` estimate for its variant (params, grads and optimizer state)."""
-    from ..memory.estimate import recorded_estimate
-
     measured = [(run, run.manifest.memory) for run in runs if run.manifest.memory]
     if not measured:
         return None

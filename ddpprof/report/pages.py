@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from ..render.charts import colour, embed, generated, layout, plotly_js
 from ..render.table import Table, counted, format_cell, template_environment
+from ..sweep.bucket_caps import series
 from ..variants import DEFAULT_BUCKET_CAP_MIB
 
 if TYPE_CHECKING:
@@ -50,8 +51,6 @@ def default_cap_marker(fig: go.Figure, caps: list[float], steps: list[float]) ->
 
 def valley_figure(rows: list[SweepRow]) -> go.Figure:
     """Step time against bucket size, one line per variant, the default size marked."""
-    from ..sweep.bucket_caps import series
-
     fig = go.Figure()
     for index, name in enumerate(dict.fromkeys(series(r, rows) for r in rows)):
         mine = [r for r in rows if series(r, rows) == name and r.step_ms is not None]

@@ -31,15 +31,23 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
+import numpy as np
 
+from ..analysis import analyze_paths
+from ..core import processes
 from ..core.atomic import json_text
 from ..core.errors import Interrupted, RunFailed, UsageError, describe_os_error, signal_name
 from ..core.json_input import read_json_bytes
 from ..core.limits import MAX_BANDWIDTH_GBPS, MAX_LATENCY_US, MAX_RANKS, MIN_BANDWIDTH_GBPS
+from ..core.progress import Progress
+from ..core.storage import location_of
 from ..core.units import MIB
 from ..metrics.comm import BUS_FACTOR
 from ..metrics.cost import CostModel, FitError, fit_cost, measured_curve, traffic_bytes
 from ..metrics.tax import OverlapTax
+from ..record import folders, process
+from ..record.failure import ERRORS_DIR, run_error
+from ..record.launcher import cuda_device_count, resolve_backend, run_torchrun, torchrun_command
 from ..render.table import columns
 from ..run.config import Launch
 from ..run.folder import RunFolder
@@ -178,8 +186,6 @@ def summarize(result: SweepResult, sizes: list[int]) -> tuple[list[SweepPoint], 
     the medians cannot be fitted: time not growing with size)."""
     n = result.world_size
     points = summarize_points(result, sizes)
-    import numpy as np
-
     try:
         cost = fit_cost(np.array([traffic_bytes("all_reduce", p.size_bytes, n)
                                   for p in points]), np.array([p.time_us for p in points]),
@@ -241,9 +247,6 @@ def _pct(value: float | None) -> str:
 def tax_from(run_path: Path) -> TaxCalibration:
     """The overlap tax of a recorded run (analyzed as ``analyze`` does); a ``UsageError``
     naming it when it cannot be analyzed or has none to measure."""
-    from ..analysis import analyze_paths
-    from ..core.storage import location_of
-
     analysis = analyze_paths([location_of(str(run_path))])
     if analysis.errors or analysis.unfinished or len(analysis.runs) != 1:
         problems = [*analysis.errors, *analysis.unfinished]
@@ -302,8 +305,6 @@ def usable(calibration: Calibration) -> str | None:
 
 
 def validate(sweep: Sweep) -> None:
-    from ..record.launcher import cuda_device_count
-
     if sweep.world_size < 2:
         raise UsageError(f"--nproc {sweep.nproc} x --nnodes {sweep.nnodes}: an all-reduce "
                          "sweep needs two ranks at least")
@@ -325,12 +326,6 @@ def calibrate(sweep: Sweep, out: Path, quiet: bool = False,
     other nodes' launchers just take part), with ``overlap_tax`` if given. Raises
     ``RunFailed`` when the sweep fails and ``Interrupted`` when a signal stops it, after
     marking the file so."""
-    from ..core import processes
-    from ..core.progress import Progress
-    from ..record import folders, process
-    from ..record.failure import ERRORS_DIR, run_error
-    from ..record.launcher import resolve_backend, run_torchrun, torchrun_command
-
     sweep = dataclasses.replace(sweep, backend=resolve_backend(sweep.backend))
     validate(sweep)
     leader = sweep.node_rank == 0

@@ -20,6 +20,7 @@ import numpy as np
 from ..core.errors import UsageError
 from ..metrics import sanity
 from ..metrics.cost import CostModel, FitError, fit_cost, traffic_bytes
+from .calibrate import CALIBRATION_NAME, read_calibration, usable
 
 if TYPE_CHECKING:
     from .calibrate import Calibration
@@ -42,7 +43,6 @@ def given_calibration(path: Path | None) -> tuple[Path, Calibration] | None:
     """``--calibration FILE``, read and checked before anything else is."""
     if path is None:
         return None
-    from .calibrate import read_calibration, usable
 
     calibration = read_calibration(path)
     if (problem := usable(calibration)) is not None:
@@ -69,7 +69,6 @@ def cost_model(run_path: Path, transfers: Callable[[], list[Transfer]], world: i
     if costs.bandwidth_gbps is not None:
         return CostModel(costs.latency_us or 0.0, costs.bandwidth_gbps * 1e3, None, 0,
                          "given: --latency-us, --bandwidth-gbps"), None
-    from .calibrate import CALIBRATION_NAME, read_calibration, usable
 
     if costs.calibration is not None:
         path, calibration = costs.calibration
