@@ -43,8 +43,8 @@ from .job_results import (
     SimulationResult,
     WaitsResult,
 )
+from .run.discover import RunInput
 from .run.manifest import MANIFEST_NAME
-from .trace.discover import RunInput
 
 if TYPE_CHECKING:   # the graphs' machinery is imported where a replay is made, not by analyze
     from .graph.whatif import Edit
@@ -340,7 +340,7 @@ class Job:
         bucket cap and world size asked for, with ``edits`` (``graph.whatif.Edit``, as
         ``--faster gemm=20`` parses to ``Edit("faster", "gemm", 20)``) applied to every
         row. Without ``step_graphs`` at :meth:`load`, the traces are read again (once)."""
-        from .grammar.options import check_rank_edits
+        from .graph.whatif import check_rank_edits
         from .simulate.run import simulate
         from .simulate.sources import Costs
 

@@ -47,6 +47,7 @@ MODULES = {
     "ddpprof.sanity": "ddpprof.metrics.sanity",
     # trace-level parsing
     "ddpprof.analysis.calls": "ddpprof.trace.calls",
+    "ddpprof.trace.discover": "ddpprof.run.discover",
     # analysis
     "ddpprof.hta_engine": "ddpprof.analysis.hta_engine",
     "ddpprof.analysis_document": "ddpprof.analysis.document",
@@ -78,6 +79,8 @@ SYMBOLS = {
     ("ddpprof.gate.rules", "ConfigKey"): "ddpprof.run.config_key",
     ("ddpprof.run.manifest", "Rank"): "ddpprof.core.limits",
     ("ddpprof.diff.compare", "STEP"): "ddpprof.analysis.profile",
+    ("ddpprof.grammar.options", "check_rank_edits"): "ddpprof.graph.whatif",
+    ("ddpprof.grammar.options", "ranks_text"): "ddpprof.render.table",
     ("ddpprof.diff.compare", "part_values"): "ddpprof.analysis.profile",
     ("ddpprof.grammar.options", "MAX_RANKS"): "ddpprof.core.limits",
     ("ddpprof.grammar.options", "MIN_BANDWIDTH_GBPS"): "ddpprof.core.limits",
@@ -92,7 +95,8 @@ PACKAGES = {
             "reading, processes, progress.",
     "render": "Rendering: rich tables, output files (JSON, CSV, Markdown), Plotly charts.",
     "grammar": "The command line's grammar: parameter types, options and option groups.",
-    "run": "A run folder: its manifest (``run.json``), its config and its files.",
+    "run": "A run folder: its manifest (``run.json``), its config, its files, and the traces "
+           "a path holds.",
     "gate": "``ddpprof gate``: rules over analyze documents, and run-to-run noise.",
     "advice": "Advice: the findings of a run, with what the critical path and the simulator "
               "say of them.",

@@ -20,8 +20,8 @@ from ddpprof.metrics.cost import CostModel
 from ddpprof.metrics.middle import middle_index
 from ddpprof.metrics.registry import label_of
 from ddpprof.report.html import breakdown_figure, overlap_figure, spread_figure, step_figure
+from ddpprof.run.discover import discover
 from ddpprof.simulate.steps import Step
-from ddpprof.trace.discover import discover
 from ddpprof.trace.loader import load
 
 STEP_US = 1000.0

@@ -4,8 +4,9 @@
   and what needs it, HTA, Dask, pandas, fsspec, ...), save the ones :data:`LOCAL_IMPORTS`
   lists by name, so that the list can only shrink (each keeps a module off a command's start
   that does not need it);
-* no two packages import each other (a package imports only the layers below it), and the
-  package root holds only the facade, the command line and ``__init__.py``;
+* the packages are layered (:data:`LAYERS`, drawn in docs/layout.md): a package imports only
+  packages of the layers below its own, so no two import each other; the package root holds
+  only the facade, the command line and ``__init__.py``;
 * ``metrics/`` is the pure layer: it imports nothing from the analysis, the reports, the CLI or
   the commands, and never raises the CLI's errors (a caller turns a metric's ``ValueError``
   into its own one-line message).
@@ -63,8 +64,8 @@ LOCAL_IMPORTS = sorted([
     "ddpprof.job: ddpprof.diff.noise",
     "ddpprof.job: ddpprof.gate.rules",
     "ddpprof.job: ddpprof.gate.rules",
-    "ddpprof.job: ddpprof.grammar.options",
     "ddpprof.job: ddpprof.graph.summary",
+    "ddpprof.job: ddpprof.graph.whatif",
     "ddpprof.job: ddpprof.memory.estimate",
     "ddpprof.job: ddpprof.simulate.run",
     "ddpprof.job: ddpprof.simulate.sources",
@@ -78,6 +79,23 @@ LOCAL_IMPORTS = sorted([
 #: package itself (``python -m ddpprof``); everything else lives in a package of its feature
 #: or layer (docs/layout.md).
 ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "job.py", "job_results.py"}
+
+#: The packages, bottom layer first (a module of the root is a package of its own name;
+#: ``ddpprof`` is ``__init__.py``). A package imports only packages of lower layers.
+LAYERS = [
+    {"core"},                                   # errors, units, limits, atomic writes, input
+    {"metrics", "render", "variants"},          # pure figures; tables and charts; the registry
+    {"trace"},                                  # load and classify events
+    {"grammar"},                                # the command line's parameter types and options
+    {"run", "graph"},                           # run folders; step dependency graphs
+    {"analysis", "record", "memory"},           # per-rank results; launching runs; ZeRO bytes
+    {"diff", "simulate", "bench", "sweep"},     # features over analyses and recordings
+    {"advice"},                                 # findings, told by the critical path and replays
+    {"hang", "report"},                         # hang diagnosis; the HTML and terminal reports
+    {"gate"},                                   # CI rules over analyze documents
+    {"job_results"}, {"job"},                   # the facade
+    {"ddpprof", "commands"}, {"cli"},           # the package, each command, the dispatcher
+]
 
 #: What ``metrics/`` (pure functions on arrays) must never import.
 ABOVE_METRICS = ("ddpprof.analysis", "ddpprof.report", "ddpprof.cli", "ddpprof.commands",
@@ -154,13 +172,28 @@ def _package(module: str) -> str:
     return module.split(".")[1] if "." in module else "ddpprof"
 
 
-def test_no_two_packages_import_each_other():
+def _package_imports() -> dict[tuple[str, str], list[str]]:
+    """(importing package, imported package): the imports, as "module -> module"."""
     edges: dict[tuple[str, str], list[str]] = {}
     for module, imports in _graph().items():
         for target, _ in imports:
             if target.startswith("ddpprof.") and _package(module) != _package(target):
                 edges.setdefault((_package(module), _package(target)), []).append(
                     f"{module} -> {target}")
+    return edges
+
+
+def test_packages_import_only_lower_layers():
+    layer = {package: n for n, packages in enumerate(LAYERS) for package in packages}
+    unplaced = {p for pair in _package_imports() for p in pair} - set(layer)
+    assert not unplaced, f"place in LAYERS (and docs/layout.md): {sorted(unplaced)}"
+    upward = [f"{a} ({layer[a]}) imports {b} ({layer[b]}): " + "; ".join(sorted(set(imports)))
+              for (a, b), imports in sorted(_package_imports().items()) if layer[a] <= layer[b]]
+    assert upward == [], "imports that do not go down a layer:\n" + "\n".join(upward)
+
+
+def test_no_two_packages_import_each_other():
+    edges = _package_imports()
     both = [f"{a} <-> {b}: " + "; ".join(sorted({*edges[(a, b)], *edges[(b, a)]}))
             for a, b in sorted(edges) if a < b and (b, a) in edges]
     assert both == [], "two-way dependencies between packages:\n" + "\n".join(both)

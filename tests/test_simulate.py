@@ -23,11 +23,11 @@ from ddpprof.graph.whatif import replay_edited
 from ddpprof.metrics.cost import CostModel, FitError, fit_cost, measured_curve, traffic_bytes
 from ddpprof.metrics.tax import OverlapTax, TaxRow
 from ddpprof.run.config import RunConfig
+from ddpprof.run.discover import discover
 from ddpprof.run.manifest import BucketRecord, RunManifest, RunMeasurements
 from ddpprof.simulate.calibrate import Calibration, Fit, TaxCalibration
 from ddpprof.simulate.run import cores_shared, simulate_run
 from ddpprof.simulate.steps import registration_positions
-from ddpprof.trace.discover import discover
 from ddpprof.variants import VARIANTS
 from ddpprof.variants.bucketing import assign_buckets
 

@@ -20,9 +20,9 @@ from ..core.processes import out_of_memory
 from ..core.storage import Location
 from ..metrics.tax import overlap_tax
 from ..metrics.waits import wait_split
+from ..run.discover import RunInput, discover
 from ..run.manifest import INCOMPLETE, RunManifest, effective_status, status_detail
 from ..trace import classify
-from ..trace.discover import RunInput, discover
 from ..trace.events import RankTrace
 from ..trace.last_step import LastStep
 from ..trace.loader import load

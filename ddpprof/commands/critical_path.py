@@ -19,11 +19,10 @@ from ..core import progress
 from ..core.atomic import check_output, is_stdout, json_text, refuse_inputs, write_output
 from ..core.errors import UsageError
 from ..core.storage import location_of, report_name
-from ..grammar.options import check_rank_edits
 from ..graph.contended import Tax
 from ..graph.model import StepGraph
 from ..graph.summary import CriticalPathDocument, StepPath, run_paths
-from ..graph.whatif import Edit, parse_edits
+from ..graph.whatif import Edit, check_rank_edits, parse_edits
 from ..render.output import Output, Outputs, Section
 from ..render.table import Table
 from ..report import critical_path as report

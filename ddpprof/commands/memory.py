@@ -9,7 +9,7 @@ from ..core import progress
 from ..core.errors import UsageError
 from ..memory import estimate as estimator
 from ..render.output import Output, Outputs
-from ..trace.discover import run_files
+from ..run.discover import run_files
 from . import require_record_extra
 
 

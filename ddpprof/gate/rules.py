@@ -45,9 +45,8 @@ from ..core.errors import UsageError
 from ..core.json_input import read_json_bytes
 from ..core.numbers import ascii_whole
 from ..diff.noise import DEFAULT_NOISE
-from ..grammar.options import ranks_text
 from ..metrics.registry import RENAMED, suggestion
-from ..render.table import Column
+from ..render.table import Column, ranks_text
 from ..report.console import note_lines
 from ..run.config_key import ConfigKey
 from .noise import margin_of

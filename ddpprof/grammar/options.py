@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
-from ..core.errors import UsageError
 from ..core.limits import (
     MAX_BANDWIDTH_GBPS,
     MAX_DELAY_US,
@@ -45,8 +44,6 @@ from .params import ListOf as ListOf
 
 F = TypeVar("F", bound=Callable[..., Any])
 if TYPE_CHECKING:
-    from ..graph.whatif import Edit
-
     ParamType = click.ParamType[Any]
 else:   # click before 8.2 has a ParamType that takes no type parameters at run time
     ParamType = click.ParamType
@@ -124,7 +121,8 @@ class InjectDelay(ParamType):
 class WhatIf(ParamType):
     """A graph edit (``graph.whatif``), checked and kept as text: ``CLASS=PCT`` (``--faster``,
     0 ≤ PCT < 100), ``PCT`` (``--faster-network``) or ``RANK=US`` (``--rank-delay``: a rank
-    below ``MAX_RANKS``, |US| ≤ ``MAX_DELAY_US``; the run's ranks: :func:`check_rank_edits`)."""
+    below ``MAX_RANKS``, |US| ≤ ``MAX_DELAY_US``; the run's ranks:
+    :func:`ddpprof.graph.whatif.check_rank_edits`)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -152,22 +150,6 @@ class WhatIf(ParamType):
         if not 0 <= amount < 100:
             self.fail(f"{value!r}: the percentage must be in [0, 100)", param, ctx)
         return text
-
-
-def check_rank_edits(edits: Iterable[Edit], ranks: Iterable[int], where: str) -> None:
-    """A ``UsageError`` naming the ranks ``where`` (a run) has, for a ``--rank-delay`` of
-    another."""
-    there = set(ranks)
-    for edit in edits:
-        if edit.kind == "rank-delay" and int(edit.target) not in there:
-            raise UsageError(f"--rank-delay {edit.target}={edit.amount:g}: {where} has no rank "
-                             f"{edit.target} (its ranks: {ranks_text(there)})")
-
-
-def ranks_text(ranks: Iterable[int]) -> str:
-    """``0, 1, 2``: the first 16 ranks, then ``...``."""
-    shown = sorted(set(ranks))
-    return ", ".join(map(str, shown[:16])) + (", ..." if len(shown) > 16 else "")
 
 
 class ByteSize(ParamType):

@@ -18,13 +18,14 @@ a late rank move the other ranks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..core.errors import UsageError
 from ..metrics import intervals as iv
+from ..render.table import ranks_text
 from ..trace.work_names import WORK_CLASSES
 from . import contended
 from .contended import Roles, Tax
@@ -223,3 +224,13 @@ def edited_step_us(graph: StepGraph, edits: list[Edit], tax: Tax | None = None) 
     """The step (``path.period_us``) of ``graph`` replayed with all of ``edits`` applied
     together."""
     return replay_edited(graph, tax, edits).step_us
+
+
+def check_rank_edits(edits: Iterable[Edit], ranks: Iterable[int], where: str) -> None:
+    """A ``UsageError`` naming the ranks ``where`` (a run) has, for a ``--rank-delay`` of
+    another."""
+    there = set(ranks)
+    for edit in edits:
+        if edit.kind == "rank-delay" and int(edit.target) not in there:
+            raise UsageError(f"--rank-delay {edit.target}={edit.amount:g}: {where} has no rank "
+                             f"{edit.target} (its ranks: {ranks_text(there)})")

@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..core.errors import UsageError
+from ..run.discover import is_trace_file
 from ..run.folder import RunFolder
 from ..run.manifest import MANIFEST_NAME, owner_is_gone, read_run_manifest
-from ..trace.discover import is_trace_file
 from .failure import ERRORS_DIR
 from .flight_recorder import FR_DIR
 

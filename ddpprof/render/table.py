@@ -15,7 +15,7 @@ import io
 import math
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -332,3 +332,9 @@ def template_environment(html: bool) -> Any:
     environment = jinja2.Environment(loader=loader, autoescape=html, keep_trailing_newline=True)
     environment.filters["cell"] = lambda v: markdown_text(format_cell(v))
     return environment
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``0, 1, 2``: the first 16 ranks, then ``...``."""
+    shown = sorted(set(ranks))
+    return ", ".join(map(str, shown[:16])) + (", ..." if len(shown) > 16 else "")

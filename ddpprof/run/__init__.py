@@ -1,1 +1,2 @@
-"""A run folder: its manifest (``run.json``), its config and its files."""
+"""A run folder: its manifest (``run.json``), its config, its files, and the traces a path
+holds."""

@@ -49,10 +49,10 @@ from ..record import folders, process
 from ..record.failure import ERRORS_DIR, run_error
 from ..record.launcher import cuda_device_count, resolve_backend, run_torchrun, torchrun_command
 from ..render.table import columns
+from ..run import discover
 from ..run.config import Launch
 from ..run.folder import RunFolder
 from ..run.manifest import Owner, now_iso, owner_is_gone, validation_problem
-from ..trace import discover
 
 CALIBRATION_NAME = discover.CALIBRATION_NAME   # never read as a trace
 SWEEP_CONFIG = ".calibrate.json"

@@ -12,16 +12,15 @@ from ..analysis import AnalysisOptions, analyze_run
 from ..analysis.options import REPLAYED_STEPS
 from ..analysis.results import RunResult
 from ..core.errors import UsageError
-from ..grammar.options import check_rank_edits
 from ..graph.build import join_steps
 from ..graph.contended import Tax
 from ..graph.edit import WorldSize
 from ..graph.model import CycleError, StepGraph
-from ..graph.whatif import Edit, overlap_pct
+from ..graph.whatif import Edit, check_rank_edits, overlap_pct
 from ..metrics.cost import CostModel
 from ..metrics.middle import middle_index
+from ..run.discover import discover
 from ..run.manifest import INCOMPLETE, RunManifest, effective_status, status_detail
-from ..trace.discover import discover
 from ..variants import VariantInfo, variant_info
 from . import output, sources
 from .results import Measured, Prediction, Simulation

@@ -15,7 +15,7 @@ from ..core.progress import Progress
 from ..core.storage import Location
 from ..record.launcher import Recording, record
 from ..render.table import Column, columns
-from ..trace.discover import RunInput, is_trace_file
+from ..run.discover import RunInput, is_trace_file
 from ..variants import BUCKETED_VARIANT_NAMES, VARIANTS
 
 

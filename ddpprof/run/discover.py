@@ -20,8 +20,8 @@ from ..core import io, storage
 from ..core.atomic import remember_input
 from ..core.errors import TraceError, UsageError
 from ..core.storage import Location
-from ..run import manifest as manifest_module
-from ..run.manifest import INCOMPLETE, MAX_MANIFEST_BYTES, RunManifest, effective_status
+from . import manifest as manifest_module
+from .manifest import INCOMPLETE, MAX_MANIFEST_BYTES, RunManifest, effective_status
 
 MANIFEST_NAME = "run.json"
 #: ``ddpprof calibrate``'s output, which may sit in a run folder or beside run folders.
