@@ -1,5 +1,5 @@
-"""The ``ddpprof`` command: the options of each command (their grammar is ``options``'), one
-call per command (``commands``), its output printed and written (``report.output``), and
+"""The ``ddpprof`` command: the options of each command (their grammar: ``grammar``), one
+call per command (``commands``), its output printed and written (``render.output``), and
 errors mapped to exit codes: 0 done, 1 a regression or a failed run, 2 bad input."""
 
 from __future__ import annotations

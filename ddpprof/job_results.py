@@ -74,7 +74,7 @@ class RankBreakdown:
 @dataclass(frozen=True)
 class BreakdownResult:
     run: str
-    last_step: str                  # the analyzed window (``analysis.options.LastStep``)
+    last_step: str                  # the analyzed window (``trace.last_step.LastStep``)
     ranks: tuple[RankBreakdown, ...]
 
     def to_pandas(self) -> pandas.DataFrame:
@@ -243,7 +243,7 @@ class FindingsResult:
 @dataclass(frozen=True)
 class MemoryResult:
     """The run's measured steady-state memory per rank beside the estimate for its variant
-    (``memory.compare_run``)."""
+    (``memory.estimate.compare_run``)."""
 
     run: str
     variant: str

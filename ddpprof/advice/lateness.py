@@ -1,5 +1,5 @@
 """Which rank the others wait for, step by step, and what that rank spends the time on: the
-evidence of the findings on slow ranks (``findings.ranks``). Pure: from a run's ranks.
+evidence of the findings on slow ranks (``advice.ranks``). Pure: from a run's ranks.
 
 In data-parallel training the collectives equalise the ranks' steps, so a rank slow in its
 compute does not show in step times: the others wait for it, inside the collectives. The wait

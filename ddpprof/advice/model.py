@@ -128,7 +128,7 @@ def reference_rank(run: RunResult) -> RankResult:
 
 def exposed_share(run: RunResult, rank: RankResult) -> float:
     """What the rank's own collectives cost it: its exposed communication less its exposed
-    waiting for other ranks (``findings.lateness``), share of its window. Where every rank
+    waiting for other ranks (``advice.lateness``), share of its window. Where every rank
     waits in turn (a late rank that moves), no rank's collectives are all its own."""
     b = rank.breakdown
     if not b.window_us:

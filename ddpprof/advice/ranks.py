@@ -1,4 +1,4 @@
-"""The findings on slow ranks: which rank the others wait for, and why (``findings.lateness``
+"""The findings on slow ranks: which rank the others wait for, and why (``advice.lateness``
 measures both). Pure functions of the typed results.
 
 * ``slow_rank_compute``: the rank does more work (more op calls than the others);

@@ -401,7 +401,7 @@ def evaluate(rules: list[Rule], current: list[GateRun], baseline: list[GateRun],
     """Every rule on every matched pair. A metric that is n/a (null) on both sides is n/a; one
     that is n/a now but was a number in the baseline FAILs (it vanished); a rule that needs
     the baseline's value where the baseline has none is an error. With ``significance``, a
-    broken rule FAILs only beyond the noise (``gate_noise``; ``noise``: the prior of
+    broken rule FAILs only beyond the noise (``gate.noise``; ``noise``: the prior of
     ``ddpprof diff`` for ``step_ms``, its default when None)."""
     pairs = match_runs(current, baseline)
     if not pairs:
