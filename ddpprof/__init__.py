@@ -19,6 +19,7 @@ __all__ = ["Job", "JobSet", "analyze"]
 
 def analyze(path: str | Path, keep_last_step: bool = False) -> pandas.DataFrame:
     """``ddpprof.analyze(path) -> pandas.DataFrame``: see :func:`ddpprof.analysis.analyze`."""
+    # ``import ddpprof`` stays light (the command line imports it first): loaded when called
     from .analysis import analyze as _analyze
 
     return _analyze(path, keep_last_step=keep_last_step)
@@ -28,7 +29,7 @@ def __getattr__(name: str) -> object:
     # ``ddpprof.Job`` imports the analysis only when asked for: the command line, which
     # imports this package first, does not pay for it
     if name in ("Job", "JobSet"):
-        from . import job
+        from . import job  # the facade, loaded when asked for
 
         return getattr(job, name)
     raise AttributeError(f"module 'ddpprof' has no attribute {name!r}")

@@ -61,6 +61,7 @@ def analysis_options(keep_last_step: bool, per_step: bool, hta_compat: bool,
                      max_graph_steps: int | None) -> AnalysisOptions:
     """``ddpprof analyze``'s options, the comm-kernel expressions checked (and the graphs its
     bucket-cap advice replays: ``replay_graphs``)."""
+    # the facade: an analyzer's machinery, loaded when first called
     from .trace.classify import validate_comm_patterns
 
     return AnalysisOptions(
@@ -283,6 +284,7 @@ class Job:
 
     @cached_property
     def _critical_path(self) -> CriticalPathResult:
+        # the facade: an analyzer's machinery, loaded when first called
         from .graph.summary import run_paths
 
         run = self._graph_run
@@ -309,6 +311,7 @@ class Job:
 
     @cached_property
     def _memory(self) -> MemoryResult:
+        # the facade: an analyzer's machinery, loaded when first called
         from .memory.estimate import compare_run
 
         folder = location_of(self.run.folder)
@@ -324,6 +327,7 @@ class Job:
     def diff(self, other: Job, significance: float = 0.95) -> DiffResult:
         """Why ``other``'s step differs from this one's (``ddpprof diff``: this job before,
         ``other`` after), each part against the run-to-run noise."""
+        # the facade: an analyzer's machinery, loaded when first called
         from .analysis.profile import run_profile
         from .diff.compare import diff_pair
         from .diff.noise import DEFAULT_NOISE
@@ -340,6 +344,7 @@ class Job:
         bucket cap and world size asked for, with ``edits`` (``graph.whatif.Edit``, as
         ``--faster gemm=20`` parses to ``Edit("faster", "gemm", 20)``) applied to every
         row. Without ``step_graphs`` at :meth:`load`, the traces are read again (once)."""
+        # the facade: an analyzer's machinery, loaded when first called
         from .graph.whatif import check_rank_edits
         from .simulate.run import simulate
         from .simulate.sources import Costs
@@ -360,6 +365,7 @@ class Job:
         """``ddpprof gate``: each rule (``gate.parse_rule``; by default
         ``overlap_pct >= baseline - 2``) on this job against ``baseline``: another job, or an
         ``analyze --json`` file."""
+        # the facade: an analyzer's machinery, loaded when first called
         from .gate import rules as gating
 
         parsed = [gating.parse_rule(text) for text in rules or (gating.DEFAULT_RULE,)]
@@ -378,6 +384,7 @@ class Job:
     # --- what the analyzers share ------------------------------------------------------------
 
     def _gate_runs(self, with_findings: bool) -> list[GateRun]:
+        # the facade: an analyzer's machinery, loaded when first called
         from .analysis import to_json_document
         from .gate.rules import runs_of
 

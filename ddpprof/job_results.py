@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 def frame(rows: Sequence[Any], row_type: type) -> pandas.DataFrame:
     """One row per dataclass or msgspec Struct of ``rows`` (each a ``row_type``), one column
     per field: the columns are there when no row is."""
-    import pandas
+    import pandas  # pandas: optional, for DataFrames
 
     names = [f.name for f in dataclasses.fields(row_type)] if dataclasses.is_dataclass(
         row_type) else [f.name for f in msgspec.structs.fields(row_type)]
@@ -107,7 +107,7 @@ class OverlapResult:
 
     def to_pandas(self) -> pandas.DataFrame:
         """One row per rank; a column ``<kind>_overlap_pct`` per collective kind."""
-        import pandas
+        import pandas  # pandas: optional, for DataFrames
 
         return pandas.DataFrame([r.flat() for r in self.ranks])
 
@@ -216,8 +216,9 @@ class CriticalPathResult:
 
     def to_pandas(self) -> pandas.DataFrame:
         """The path's split: one row per step, category and rank."""
-        import pandas
+        import pandas  # pandas: optional, for DataFrames
 
+        # the facade: an analyzer's machinery, loaded when first called
         from .graph.summary import SplitRow
 
         return pandas.DataFrame([{"step": s.step, **msgspec.to_builtins(row)}
@@ -234,7 +235,7 @@ class FindingsResult:
     findings: tuple[Finding, ...]
 
     def to_pandas(self) -> pandas.DataFrame:
-        import pandas
+        import pandas  # pandas: optional, for DataFrames
 
         return pandas.DataFrame([f.to_dict() for f in self.findings],
                                 columns=list(Finding("", "", "", "").to_dict()))
@@ -252,7 +253,7 @@ class MemoryResult:
     ranks: tuple[RankComparison, ...]
 
     def to_pandas(self) -> pandas.DataFrame:
-        import pandas
+        import pandas  # pandas: optional, for DataFrames
 
         return pandas.DataFrame([{"rank": r.rank, "estimated_bytes": r.estimated_bytes,
                                   "measured_bytes": r.measured_bytes,
@@ -278,7 +279,7 @@ class DiffResult:
 
     def to_pandas(self) -> pandas.DataFrame:
         """The parts: one row each, largest change first."""
-        import pandas
+        import pandas  # pandas: optional, for DataFrames
 
         return pandas.DataFrame([{"part": d.label, "before_ms": d.before_ms,
                                   "after_ms": d.after_ms, "delta_ms": d.delta_ms,

@@ -255,8 +255,7 @@ _PATH = re.compile(r"\bddpprof(?:/[A-Za-z_]\w*)+(?:\.py|/)")
 
 
 #: Old modules whose bare dotted name is also a document's ``schema`` (``ddpprof.gate``): left.
-SCHEMA_NAMES = {"ddpprof.bench", "ddpprof.sweep", "ddpprof.gate", "ddpprof.memory",
-                "ddpprof.calibrate"}
+SCHEMA_NAMES = {"ddpprof.bench", "ddpprof.sweep", "ddpprof.gate", "ddpprof.memory"}
 
 
 def rewrite_dotted(match: re.Match[str]) -> str:

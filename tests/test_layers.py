@@ -7,6 +7,8 @@
 * the packages are layered (:data:`LAYERS`, drawn in docs/layout.md): a package imports only
   packages of the layers below its own, so no two import each other; the package root holds
   only the facade, the command line and ``__init__.py``;
+* each import inside a function says why, in a comment on its line or the line above (one
+  comment may head a block of them);
 * ``metrics/`` is the pure layer: it imports nothing from the analysis, the reports, the CLI or
   the commands, and never raises the CLI's errors (a caller turns a metric's ``ValueError``
   into its own one-line message).
@@ -154,6 +156,38 @@ def test_no_import_inside_a_function_but_the_listed_ones():
     allowed = Counter(LOCAL_IMPORTS)
     assert sorted((local - allowed).elements()) == [], "new imports inside functions"
     assert sorted((allowed - local).elements()) == [], "moved to the top: remove from the list"
+
+
+def _uncommented_local_imports(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    local: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                if in_function:
+                    local.append(child)
+            else:
+                visit(child, in_function or isinstance(
+                    child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
+
+    visit(ast.parse(text), False)
+    ends = {node.end_lineno: node for node in local}
+    commented: set[int] = set()
+    for node in sorted(local, key=lambda n: n.lineno):
+        above = lines[node.lineno - 2].strip()
+        if ("#" in lines[node.lineno - 1] or above.startswith("#")
+                or (node.lineno - 1 in ends and ends[node.lineno - 1].lineno in commented)):
+            commented.add(node.lineno)
+    return [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}" for node in local
+            if node.lineno not in commented]
+
+
+def test_each_import_inside_a_function_says_why():
+    missing = [place for path in sorted(PACKAGE.rglob("*.py"))
+               for place in _uncommented_local_imports(path)]
+    assert missing == [], "say why in a comment: " + ", ".join(missing)
 
 
 def test_metrics_is_the_pure_layer():

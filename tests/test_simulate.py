@@ -416,7 +416,7 @@ def test_no_cost_model_answers_the_recorded_configuration_and_runs_nothing(
     def no_sweep(*args: object, **kwargs: object) -> None:
         raise AssertionError("simulate started a calibration sweep")
 
-    monkeypatch.setattr(ddpprof.calibrate, "calibrate", no_sweep)
+    monkeypatch.setattr(ddpprof.simulate.calibrate, "calibrate", no_sweep)
     before = sorted(p.name for p in run.iterdir())
     main(["simulate", str(run), "--world-size", "2"])    # returns: exit 0
     out = capsys.readouterr().out

@@ -164,6 +164,7 @@ def critical_path_share(run: RunResult, rank: int, code: str) -> float | None:
     if any(not steps for steps in graphs.values()):
         return None
     try:
+        # the replay machinery: off analyze's start (tests/test_no_torch.py)
         from ..graph.summary import run_paths
 
         paths, _, _ = run_paths(run.name, {r: s or [] for r, s in graphs.items()}, [])

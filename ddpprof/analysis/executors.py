@@ -155,7 +155,7 @@ class DaskExecutor:
 
     def __init__(self, address: str) -> None:
         try:
-            from distributed import Client
+            from distributed import Client  # Dask: optional (--scheduler)
         except ImportError:
             raise UsageError("--scheduler needs Dask: pip install 'ddpprof[cluster]'") from None
         try:

@@ -18,7 +18,7 @@ def hta_breakdowns(traces: list[Path], keep_last_step: bool) -> dict[int, Breakd
     """Per rank: HTA's temporal breakdown (µs) and overlap, as a :class:`Breakdown` whose comm
     fields are left for the caller (HTA gives only the overlap ratio)."""
     try:
-        from hta.trace_analysis import TraceAnalysis
+        from hta.trace_analysis import TraceAnalysis  # HTA: optional (--engine hta)
     except ImportError:
         raise UsageError("--engine hta needs HolisticTraceAnalysis: "
                          "pip install 'ddpprof[hta]'") from None

@@ -89,6 +89,7 @@ def _analyze(trace: RankTrace, last_step: LastStep, options: AnalysisOptions) ->
     result = analyze_rank(trace, trace.rank or 0, last_step, options)
     bucketed = result.buckets is not None and bool(result.buckets.buckets)
     if options.step_graphs or (options.replay_graphs and bucketed):
+        # the replay machinery: off analyze's start (tests/test_no_torch.py)
         from ..graph.build import rank_steps
 
         result.graph_steps = rank_steps(
@@ -380,7 +381,7 @@ def analyze(path: str | Path, keep_last_step: bool = False) -> pandas.DataFrame:
     """One row per run (the ``ddpprof analyze`` table) as a pandas DataFrame, for a run
     folder, a folder of runs or a trace file. Raises :class:`ddpprof.core.errors.UsageError` if any
     run cannot be analyzed."""
-    import pandas
+    import pandas  # pandas: optional, for DataFrames
 
     analysis = analyze_paths([Path(path)], AnalysisOptions(keep_last_step=keep_last_step))
     if analysis.errors:

@@ -48,6 +48,7 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
         tables.append(console.step_table(analysis))
     critical: AnalyzedPaths | None = None
     if critical_path:
+        # the replay machinery: off analyze's start (tests/test_no_torch.py)
         from .critical_path import AnalyzedPaths
 
         critical = AnalyzedPaths.of(analysis)

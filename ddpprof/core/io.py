@@ -300,7 +300,7 @@ def inflater() -> tuple[Any, type[Exception]]:
     """isal's gzip inflater (about 2-3x zlib's speed) where installed, else zlib's; both take
     the same calls."""
     try:
-        from isal import isal_zlib
+        from isal import isal_zlib  # isal: optional, a faster gzip
     except ImportError:
         return zlib, zlib.error
     # isal's stub declares ``error`` an instance; it is zlib.error's counterpart, a class

@@ -30,12 +30,13 @@ def shown(quiet: bool) -> bool:
 
 
 def _console() -> Console:
-    from rich.console import Console
+    from rich.console import Console  # rich: 50-170 ms, off a command's start until it prints
 
     return Console(stderr=True, highlight=False)
 
 
 def _bar(console: Console) -> Any:
+    # rich: 50-170 ms, off a command's start until it prints
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
     from rich.progress import Progress as RichProgress
 
@@ -70,7 +71,7 @@ class Progress:
                 on_tick()
                 time.sleep(0.25)
             return
-        from rich.markup import escape
+        from rich.markup import escape  # rich: 50-170 ms, off a command's start until it prints
 
         with _bar(self._console) as bar:
             task = bar.add_task(escape(f"{self._label}: {phase(0, steps)}"), total=steps)
@@ -107,7 +108,7 @@ def working(quiet: bool, what: str) -> Iterator[None]:
     if not shown(quiet):
         yield
         return
-    from rich.markup import escape
+    from rich.markup import escape  # rich: 50-170 ms, off a command's start until it prints
 
     with _console().status(escape(what)):
         yield
@@ -121,7 +122,7 @@ def ranks(quiet: bool) -> Iterator[tuple[Callable[[int, int, Any], None],
     if not shown(quiet):
         yield (lambda index, total, run: None), (lambda done, total: None)
         return
-    from rich.markup import escape
+    from rich.markup import escape  # rich: 50-170 ms, off a command's start until it prints
 
     with _bar(_console()) as bar:
         task = bar.add_task("analyzing", total=None)

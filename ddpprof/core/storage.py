@@ -104,7 +104,7 @@ def url_timeout_s() -> float:
 def _filesystem(protocol: str, pid: int) -> Any:
     """One filesystem per protocol and process: async back-ends (s3fs) cannot cross a fork."""
     try:
-        import fsspec
+        import fsspec  # fsspec: optional, for URLs
     except ImportError:
         raise UsageError("reading URLs needs fsspec: pip install 'ddpprof[cluster]'") from None
     try:

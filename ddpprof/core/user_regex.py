@@ -21,7 +21,7 @@ def compile_user(pattern: str, option: str) -> Matcher:
     """``pattern`` compiled for linear-time search; a ``UsageError`` naming ``option`` and the
     pattern when RE2 refuses it or is not installed."""
     try:
-        import re2
+        import re2  # google-re2: optional
     except ImportError:
         raise UsageError(f"{option} {pattern!r}: matching a regular expression needs "
                          "google-re2 (pip install google-re2), whose time is bounded") from None

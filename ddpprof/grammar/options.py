@@ -275,6 +275,7 @@ def variant_option(default: str, bucketed: bool = False) -> Callable[[F], F]:
 
 
 def model_option(default: str | None, what: str = "") -> Callable[[F], F]:
+    # the workloads: torchrun's side, off the analysis's start
     from workloads.configs import MODEL_NAMES
 
     return list_option("--model", "models", item=click.STRING, default=default,
@@ -285,6 +286,7 @@ def model_option(default: str | None, what: str = "") -> Callable[[F], F]:
 def unknown_model(model: str) -> str:
     """What to say of a model name that is not one of ``workloads.configs.MODEL_NAMES``: the
     closest one, and where the names are."""
+    # the workloads: torchrun's side, off the analysis's start
     from workloads.configs import MODEL_NAMES
 
     return (f"unknown model {model!r}{suggestion(model, MODEL_NAMES)}; one of "

@@ -150,6 +150,7 @@ def estimate_table(parameters: int, world_size: int, precisions: tuple[str, ...]
 def model_parameters(model: str | None, model_path: Path | None) -> tuple[str, int]:
     """(label, Ψ) of a named model, counted from its definition without torch, or of a local
     Hugging Face checkpoint, counted on the meta device (which imports torch)."""
+    # the workloads: torchrun's side, off the analysis's start
     from workloads.configs import MODEL_NAMES, checkpoint_parameter_count, model_parameter_count
 
     if model_path is not None:

@@ -27,6 +27,7 @@ class FaultOption(ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> FaultSpec:
+        # the workloads: torchrun's side, off the analysis's start
         from workloads.faults import FaultError, FaultSpec, parse
 
         if isinstance(value, FaultSpec):
@@ -41,6 +42,7 @@ FAULT = FaultOption()
 
 
 def kind_names() -> str:
+    # the workloads: torchrun's side, off the analysis's start
     from workloads.faults import FAULT_KINDS
 
     return ", ".join(FAULT_KINDS)
@@ -49,6 +51,7 @@ def kind_names() -> str:
 def checked_config(recording: Recording, variant: str, config: RunConfig) -> RunConfig:
     """The configuration of ``variant``'s run, its faults checked against it (a culprit rank
     outside its world, a fault its variant cannot take): a ``UsageError`` naming the fault."""
+    # the workloads: torchrun's side, off the analysis's start
     from workloads.faults import FaultError, problem
 
     try:
@@ -65,6 +68,7 @@ def ground_truth(faults: list[Fault]) -> list[InjectedFault] | None:
     """``run.json``'s ``injected_faults`` (None for a run without faults)."""
     if not faults:
         return None
+    # the workloads: torchrun's side, off the analysis's start
     from workloads.faults import FAULT_KINDS
 
     return [InjectedFault(kind=f.kind, rank=f.rank, amount=f.amount,
@@ -75,6 +79,7 @@ def environment(faults: list[Fault]) -> dict[str, str]:
     """What hands the faults to the ranks (nothing for a run without)."""
     if not faults:
         return {}
+    # the workloads: torchrun's side, off the analysis's start
     from workloads.faults import FAULTS_ENV, to_env
 
     return {FAULTS_ENV: to_env(faults)}

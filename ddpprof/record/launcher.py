@@ -90,6 +90,7 @@ class Recording:
             tp=(config.tp or info.default_tp) if info.tensor_parallel else None)
         if not self.faults:
             return config
+        # the workloads: torchrun's side, off the analysis's start
         from workloads.faults import configure
 
         return configure(config, self.run_faults(config))
@@ -123,7 +124,7 @@ class RunOutcome:
 
 
 def cuda_device_count() -> int:
-    import torch
+    import torch  # torch: only where a rank trains or a run is checked for it
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -136,6 +137,7 @@ def resolve_backend(requested: str) -> str:
 
 def validate(recording: Recording) -> None:
     """Everything that can be checked before a launch (ranges are the option types' job)."""
+    # the workloads: torchrun's side, off the analysis's start
     from workloads.configs import MODEL_NAMES, SMOLLM2_CONFIGS
 
     config = recording.config
@@ -193,8 +195,10 @@ def validate(recording: Recording) -> None:
 def check_tensor_parallel(run: RunConfig) -> None:
     """A tensor-parallel run's ``--tp`` must divide its world size and the widths and heads it
     splits (checked on the model built on the meta device: shapes, no weights)."""
+    # the workloads: torchrun's side, off the analysis's start
     from workloads.models import build_model_skeleton
 
+    # torch: only where a rank trains or a run is checked for it
     from ..variants.fsdp_tp import tensor_parallel_problem
 
     assert run.tp is not None

@@ -52,6 +52,7 @@ class FSDP(DataParallel):
         once rank 0's weights are broadcast and before sharding (``fsdp_tp``'s tensor
         parallelism, which needs the weights whole)."""
         super().__init__(module)  # broadcasts rank 0's weights while they are still whole
+        # torch: only where a rank trains or a run is checked for it
         from torch.distributed.fsdp import fully_shard
 
         if split_layers is not None:

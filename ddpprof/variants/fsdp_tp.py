@@ -202,6 +202,7 @@ def _labelled_fsdp_collectives() -> tuple[Any, Any]:
     asynchronously; where FSDP asks for a blocking one, the wait is a ``ddpprof::wait`` span
     inside the label, so that the time blocked on gloo reads as waiting, not as the label's own
     work."""
+    # torch: only where a rank trains or a run is checked for it
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
         DefaultAllGather,
         DefaultReduceScatter,
@@ -236,6 +237,7 @@ def _labelled_fsdp_collectives() -> tuple[Any, Any]:
 
 class FSDPTP(FSDP):
     def __init__(self, module: nn.Module, tp: int = 2) -> None:
+        # torch: only where a rank trains or a run is checked for it
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import FSDPModule
         from torch.distributed.tensor.parallel import parallelize_module

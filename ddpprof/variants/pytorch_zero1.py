@@ -28,6 +28,7 @@ from .pytorch_ddp import PyTorchDDP
 class PyTorchZero1(PyTorchDDP):
     def make_optimizer(self, optimizer_class: type[torch.optim.Optimizer],
                        **kwargs: Any) -> torch.optim.Optimizer:
+        # torch: only where a rank trains or a run is checked for it
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         optimizer = ZeroRedundancyOptimizer(self.trainable_parameters(),
