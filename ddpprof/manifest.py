@@ -287,7 +287,7 @@ def manifest_from_json(document: object, where: object) -> RunManifest:
     version = document.get("schema_version") if isinstance(document, dict) else None
     try:
         if isinstance(version, int) and not isinstance(version, bool) and version >= 3:
-            if "config" in document:
+            if isinstance(document, dict) and "config" in document:
                 document = {**document, "config": with_current_names(document["config"])}
             manifest = msgspec.convert(document, RunManifest, dec_hook=decode_hook)
             if manifest.config is not None:  # every field in the object, defaults included
