@@ -144,6 +144,14 @@ def final_modules() -> set[str]:
 FINAL = final_modules()
 
 
+MOVED_FROM = {new: old for old, new in MODULES.items()}
+
+
+def known(module: str) -> bool:
+    """Whether ``module`` is a module or package of the tree, old or new."""
+    return module in FINAL or module in MODULES or module == "ddpprof"
+
+
 def mapped(module: str, name: str | None = None) -> str:
     """Where ``module`` (or its member ``name``) lives now."""
     if name is not None and (module, name) in SYMBOLS:
@@ -201,6 +209,13 @@ def rewrite_imports(path: Path, old_module: str, new_module: str) -> str | None:
                     continue
                 base = package.split(".")[:len(package.split(".")) - node.level + 1]
                 source = ".".join([*base, *([node.module] if node.module else [])])
+                if not known(source) and old_module in MOVED_FROM:
+                    # a line merged in from before the move: relative to the old place
+                    before = MOVED_FROM[old_module]
+                    old_package = before if is_pkg else before.rpartition(".")[0]
+                    base = old_package.split(".")[:len(old_package.split(".")) - node.level + 1]
+                    source = ".".join([*base, *([node.module] if node.module else [])])
+                    moved = True
             else:
                 source = node.module or ""
             if not source.startswith("ddpprof") or (source != "ddpprof"

@@ -30,7 +30,7 @@ def analyzed(all_variants, tmp_path_factory):
 
 def test_every_variant_is_analyzed_as_a_cpu_run(analyzed):
     runs, document, _, _ = analyzed
-    assert document["schema"] == "ddpprof.analyze" and document["version"] == 5
+    assert document["schema"] == "ddpprof.analyze" and document["version"] == 6
     assert document["errors"] == []
     assert sorted(runs) == sorted(VARIANTS_IN_ALL)
     for name, run in runs.items():

@@ -136,7 +136,7 @@ def test_cli_diff_of_traces_and_of_analyze_documents_agree(tmp_path, ddpprof_cli
                              str(tmp_path / f"{side}.json"))
         assert result.returncode == 0, result.stderr
         document = json.loads((tmp_path / f"{side}.json").read_text())
-        assert document["version"] == 5 and document["runs"][0]["profile"]["step_ms"] == \
+        assert document["version"] == 6 and document["runs"][0]["profile"]["step_ms"] == \
             pytest.approx(document["runs"][0]["step_ms"])
     from_traces = ddpprof_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json", "-")
     from_json = ddpprof_cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
@@ -181,7 +181,7 @@ def test_configuration_changes_come_first(tmp_path, ddpprof_cli):
     lines = [line.strip() for line in result.stdout.splitlines()]
     # the runs, then what differs in their configuration, then the step
     assert lines[2] == f"{tmp_path / 'a'} (1 recording: a) → {tmp_path / 'b'} (1 recording: b)"
-    assert lines[3] == "configuration: bucket_cap_mb 25.0 → 5.0"
+    assert lines[3] == "configuration: bucket_cap_mib 25.0 → 5.0"
     assert lines[4].startswith("step 0.09 → 0.09 ms")
     assert "no significant change" in result.stdout
 

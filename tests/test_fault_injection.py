@@ -142,7 +142,7 @@ def test_faults_leave_no_marker_and_the_analysis_never_reads_them(tmp_path, ddpp
     assert manifest["injected_faults"][-1] == {"kind": "blocking_sync", "rank": None,
                                                "amount": None, "unit": None}
     config = manifest["config"]
-    assert (config["bucket_cap_mb"], config["global_batch"]) == (0.01, 4)
+    assert (config["bucket_cap_mib"], config["global_batch"]) == (0.01, 4)
     assert "fault" not in json.dumps(config)
     assert json.loads((clean / "run.json").read_text())["injected_faults"] is None
     clean_names, faulted_names = _event_names(clean), _event_names(faulted)

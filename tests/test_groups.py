@@ -95,7 +95,7 @@ def test_a_run_matches_each_groups_calls_by_sequence_and_names_its_straggler(tmp
     out = tmp_path / "out.json"
     assert ddpprof_cli("analyze", str(tmp_path / "run"), "--json", str(out)).returncode == 0
     document = json.loads(out.read_text())
-    assert document["version"] == 5
+    assert document["version"] == 6
     [row] = [g for g in document["runs"][0]["process_groups"] if g["name"] == "tp"]
     # means over ranks 0 and 1: rank 1's lane is [130, 170] ∪ [210, 220], 50 µs: (70 + 50) / 2
     # µs of communication, (20 + 0) / 2 of waiting

@@ -162,11 +162,38 @@ def test_a_hang_in_one_group_of_a_mesh_names_that_group(tmp_path):
     assert hang is not None and hang.collective.group == "tp1"
     assert (hang.collective.group_label, hang.collective.group_ranks) == ("tp", [2, 3])
     assert [c.rank for c in hang.culprits] == [3] and hang.collective.seq == 3
-    # the data-parallel peers of both tp1 ranks wait for them: rank 2 is stuck in tp1
+    # the data-parallel peers of both tp1 ranks wait for them: rank 3 is busy outside any
+    # collective, rank 2 stuck in tp1 (so dp0's wait follows from tp1's and comes last)
     assert [(other.collective.group, [(c.rank, c.status) for c in other.culprits])
-            for other in document.others] == [("dp0", [(2, "stuck")]), ("dp1", [(3, "busy")])]
+            for other in document.others] == [("dp1", [(3, "busy")]), ("dp0", [(2, "stuck")])]
     assert {g.group: g.problem for g in document.groups} == {
         "dp0": "not_reached", "dp1": "not_reached", "tp0": None, "tp1": "not_reached"}
+
+
+def test_the_mismatch_that_holds_a_rank_comes_before_the_collective_it_never_reached(tmp_path):
+    """A 2 x 2 mesh: rank 3 broadcasts in its tensor-parallel group where rank 2 all-reduces.
+    Ranks 0 and 1 issue their data-parallel all-gather first in a step, at the same moment as
+    the mismatch, so the dumps' times do not order the two problems (nor did the recorded run's
+    reliably); rank 3 never issued the all-gather rank 1 waits in because it is held in the
+    broadcast: the mismatch is the hang, the waits follow from it."""
+    tp = {0: ("tp0", [0, 1]), 1: ("tp0", [0, 1]), 2: ("tp1", [2, 3]), 3: ("tp1", [2, 3])}
+    dp = {0: ("dp0", [0, 2]), 2: ("dp0", [0, 2]), 1: ("dp1", [1, 3]), 3: ("dp1", [1, 3])}
+    ranks = []
+    for r in range(4):
+        t = Op("all_reduce", 64, line=50, group=tp[r][0], desc="mesh_tp")
+        d = Op("all_gather", 256, line=60, group=dp[r][0], desc="mesh_dp")
+        if r in (0, 1):
+            ops = [*steps(2, d, t), d]
+        else:
+            ops = [*steps(2, t, d), t if r == 2 else replace(t, op="broadcast", line=70)]
+        groups = {tp[r][0]: ("mesh_tp", tp[r][1]), dp[r][0]: ("mesh_dp", dp[r][1])}
+        ranks.append(Rank(r, ops, groups=groups))
+    document = diagnosis(write(tmp_path, ranks))
+    hang = document.hang
+    assert hang is not None and (hang.kind, hang.collective.group) == ("mismatch", "tp1")
+    assert [c.rank for c in hang.culprits] == [3] and hang.expected == [2]
+    assert sorted((o.collective.group, [c.rank for c in o.culprits]) for o in document.others
+                  ) == [("dp0", [2]), ("dp1", [3])]
 
 
 def test_ranks_that_wait_for_each_other_in_two_groups_are_a_deadlock(tmp_path):

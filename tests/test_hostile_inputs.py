@@ -37,7 +37,7 @@ def _edit_manifest(run: Path, **config: object) -> None:
 
 
 @pytest.mark.parametrize(("field", "value", "problem"), [
-    ("bucket_cap_mb", -25, "-25.0 is not > 0"), ("bucket_cap_mb", 0, "0.0 is not > 0"),
+    ("bucket_cap_mib", -25, "-25.0 is not > 0"), ("bucket_cap_mib", 0, "0.0 is not > 0"),
     ("steps", 0, "0 is not in the range"), ("lr", float("nan"), "not a finite number")])
 @pytest.mark.parametrize("command", [["analyze"], ["simulate", *GIVEN_COST]])
 def test_a_run_json_number_out_of_range_is_one_line_naming_the_field(command, field, value,
@@ -46,6 +46,13 @@ def test_a_run_json_number_out_of_range_is_one_line_naming_the_field(command, fi
     _edit_manifest(run, **{field: value})
     result = ddpprof(command[0], str(run), *command[1:])
     assert_one_line(result, 2, f"run.json: config.{field}", problem)
+
+
+def test_an_older_run_json_s_bucket_cap_mb_is_checked_as_bucket_cap_mib(tmp_path):
+    run = two_rank_run(tmp_path / "run")     # a version 3 run.json: bucket_cap_mb
+    _edit_manifest(run, bucket_cap_mb=-25)
+    assert_one_line(ddpprof("analyze", str(run)), 2, "run.json: config.bucket_cap_mib",
+                    "-25.0 is not > 0")
 
 
 @pytest.mark.parametrize(("fit", "problem"), [

@@ -35,7 +35,7 @@ def test_a_version_2_manifest_reads_into_the_run_config():
     assert manifest.schema_version == 2 and manifest.status == "complete"
     assert manifest.config == RunConfig(
         variant="pytorch_ddp", model="mlp-small", model_path=None, data=None, nproc=1,
-        steps=8, global_batch=1024, grad_accum=1, bucket_cap_mb=25.0,
+        steps=8, global_batch=1024, grad_accum=1, bucket_cap_mib=25.0,
         gradient_as_bucket_view=False, backend="nccl", wait=1, warmup=2, active=3, nnodes=1,
         lr=0.001, seed=0, timeout_s=300.0, profile=True)
     assert manifest.config.world_size == 1
@@ -64,14 +64,15 @@ def test_version_2_renames_are_mapped():
     assert manifest_from_json({"status": "complete"}, "run.json").config is None
 
 
-def test_version_3_stores_the_run_config_itself(tmp_path):
+def test_version_4_stores_the_run_config_itself(tmp_path):
     config = RunConfig(variant="zero2", model="mlp-tiny", model_path=Path("/ckpt"), nproc=3,
-                       grad_accum=1, backend="gloo", bucket_cap_mb=0.5)
+                       grad_accum=1, backend="gloo", bucket_cap_mib=0.5)
     manifest = RunManifest(schema_version=SCHEMA_VERSION, status="complete", config=config,
                            measured=RunMeasurements(parameters=7, world_size=3))
     path = _written(manifest, tmp_path / "run.json")
     written = json.loads(path.read_text())
-    assert SCHEMA_VERSION == written["schema_version"] == 3
+    assert SCHEMA_VERSION == written["schema_version"] == 4
+    assert written["config"]["bucket_cap_mib"] == 0.5 and "bucket_cap_mb" not in written["config"]
     # every field of RunConfig, under its own name, and nothing else
     assert written["config"] == json.loads(config.to_json())
     assert set(written["config"]) == {f.name for f in dataclasses.fields(RunConfig)}
@@ -85,6 +86,21 @@ def test_a_partial_version_3_config_takes_the_defaults_and_writes_them(tmp_path)
     assert manifest.config == RunConfig(variant="zero1")
     again = json.loads(_written(manifest, tmp_path / "again.json").read_text())
     assert again["config"] == json.loads(RunConfig(variant="zero1").to_json())
+
+
+def test_a_version_3_config_s_bucket_cap_mb_reads_as_bucket_cap_mib(tmp_path):
+    """Version 3 named the cap ``bucket_cap_mb`` (MiB, as PyTorch's parameter): it reads into
+    ``bucket_cap_mib``, and a document that gives both names is read by today's."""
+    old = manifest_from_json({"schema_version": 3, "config": {
+        "variant": "pytorch_ddp", "bucket_cap_mb": 5.0}}, "run.json")
+    assert old.config == RunConfig(variant="pytorch_ddp", bucket_cap_mib=5.0)
+    both = manifest_from_json({"schema_version": 4, "config": {
+        "variant": "pytorch_ddp", "bucket_cap_mb": 5.0, "bucket_cap_mib": 2.0}}, "run.json")
+    assert both.config is not None and both.config.bucket_cap_mib == 2.0
+    assert RunConfig.from_json(b'{"variant": "zero1", "bucket_cap_mb": 3.0}').bucket_cap_mib == 3.0
+    with pytest.raises(UsageError, match=r"^run.json: config.bucket_cap_mib: .* not > 0"):
+        manifest_from_json({"schema_version": 3, "config": {"variant": "zero1",
+                                                            "bucket_cap_mb": -1}}, "run.json")
 
 
 @pytest.mark.parametrize(("document", "problem"), [

@@ -296,7 +296,7 @@ def _data_parallel(config: RunConfig, fault: Fault) -> str | None:
 
 
 def _with_cap(config: RunConfig, fault: Fault) -> RunConfig:
-    return config.replace(bucket_cap_mb=fault.amount)
+    return config.replace(bucket_cap_mib=fault.amount)
 
 
 def _with_small_batch(config: RunConfig, fault: Fault) -> RunConfig:

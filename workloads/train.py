@@ -234,7 +234,7 @@ def run(config: RunConfig, folder: RunFolder) -> None:
     torch.manual_seed(config.seed + rank)  # the broadcast from rank 0 must make ranks agree
     module, info = build_model(config.model, config.model_path)
     module.to(device)
-    model = make_variant(config.variant, module, bucket_cap_mib=config.bucket_cap_mb,
+    model = make_variant(config.variant, module, bucket_cap_mib=config.bucket_cap_mib,
                          gradient_as_bucket_view=config.gradient_as_bucket_view, tp=config.tp)
     if distributed:
         every_group_times_out(config.timeout_s)

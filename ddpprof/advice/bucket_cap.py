@@ -42,7 +42,7 @@ def cap_advice(run: RunResult, fallback_cost: CostModel | None = None) -> CapAdv
     if any(r.graph_steps is None for r in run.ranks) or "://" in run.folder:
         return None
     config = run.manifest.config
-    current_cap_mib = config.bucket_cap_mb
+    current_cap_mib = config.bucket_cap_mib
     caps = sorted({*ADVICE_CAPS_MIB, *([current_cap_mib] if current_cap_mib else [])})
     try:
         simulation = simulate(Path(run.folder), run, caps, [], Costs(fallback=fallback_cost),

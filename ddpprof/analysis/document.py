@@ -22,8 +22,9 @@ from .profile import RunProfile
 __all__ = ["ANALYZE_SCHEMA", "ANALYZE_VERSIONS", "AnalyzeDocument", "AnalyzedRun",
            "analyzed_runs"]
 #: Versions of ``analyze --json`` read: 2, 3 (with ``step_ms`` and each run's profile), 4
-#: (with ``process_groups``) and 5 (metrics renamed: ``registry.RENAMED``, read either way).
-ANALYZE_SCHEMA, ANALYZE_VERSIONS = "ddpprof.analyze", (2, 3, 4, 5)
+#: (with ``process_groups``), 5 (metrics renamed: ``registry.RENAMED``, read either way) and 6
+#: (``profile.config.bucket_cap_mib``, ``bucket_cap_mb`` before, read either way).
+ANALYZE_SCHEMA, ANALYZE_VERSIONS = "ddpprof.analyze", (2, 3, 4, 5, 6)
 #: The largest number a document read back may hold either way: beyond any metric's value
 #: (bytes per step included), and small enough that the noise's squares stay finite.
 MAX_METRIC = 1e18

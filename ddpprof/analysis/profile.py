@@ -29,7 +29,7 @@ from ..core.limits import MAX_RANKS as WORLD_MAX
 from ..metrics.comm import collective_stats
 from ..metrics.partition import cut, density_integral
 from ..metrics.waits import CallWaits, call_waits
-from ..run.config import RunConfig, decode_hook, encode_hook
+from ..run.config import RunConfig, decode_hook, encode_hook, with_current_names
 from ..run.manifest import RunMeasurements, validation_problem
 from ..trace.names import MAX_NAME_CHARS
 from .parts import PartKey, RankParts
@@ -321,6 +321,8 @@ def profile_of_row(row: dict[str, Any], source: str) -> RunProfile | None:
     if data is None:
         return None
     try:
+        if isinstance(data, dict) and "config" in data:     # named as before version 6
+            data = {**data, "config": with_current_names(data["config"])}
         return msgspec.convert(data, RunProfile, dec_hook=decode_hook)
     except msgspec.ValidationError as error:
         raise UsageError(f"{source}: run {row.get('run')!r}: profile."

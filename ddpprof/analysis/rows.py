@@ -22,11 +22,12 @@ from .group_rows import group_rows, rank_group_rows
 from .profile import profile_json, run_profile
 from .results import Analysis, RankResult, RunProblem, RunResult, StepRow
 
+#: 6: ``profile.config.bucket_cap_mib`` (run.json's field, ``bucket_cap_mb`` before);
 #: 5: metrics named as everywhere else (``exposed_comm_pct``, was ``comm_overhead_pct``;
 #: ``bucket_cap_mib``, was ``bucket_cap_mb``: ``ddpprof.metrics.registry.RENAMED``);
 #: 4: ``process_groups`` of each run and rank; 3: ``step_ms`` and each run's ``profile``
 #: (``ddpprof diff``'s parts); version 2 reads the same without them.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: Collective kinds that get columns of their own in every row (others are summed in
 #: ``other_collective_calls``).
 COLUMN_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -230,7 +231,7 @@ def run_row(run: RunResult) -> RunRow:
         ranks=len(run.ranks), missing_ranks=ranges_text(run.missing_ranks), steps=first.steps,
         last_step=run.last_step.value, global_batch=config.global_batch if config else None,
         grad_accum=config.grad_accum if config else None,
-        bucket_cap_mib=config.bucket_cap_mb if config else None,
+        bucket_cap_mib=config.bucket_cap_mib if config else None,
         metrics=RankMetrics.mean(members), share_range=ShareRange.of(members),
         slowest_rank=run.slowest_rank,
         straggler_rank=run.slowest_rank if run.slowest_rank is not None else most_compute,

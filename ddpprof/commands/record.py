@@ -60,7 +60,7 @@ def row(outcome: RunOutcome) -> RecordRow:
     return RecordRow(
         run=outcome.run_dir.name, variant=outcome.variant, status=outcome.status,
         model=config.model, ranks=config.world_size, grad_accum=config.grad_accum,
-        bucket_cap_mib=config.bucket_cap_mb,
+        bucket_cap_mib=config.bucket_cap_mib,
         step_ms=speed.median_step_s * 1e3 if speed and speed.median_step_s else None,
         samples_per_s=speed.samples_per_s if speed else None,
         allreduces_per_step=manifest.measured.allreduces_per_sync if manifest.measured

@@ -76,7 +76,7 @@ def configuration(profile: RunProfile) -> ConfigKey | str:
     if config is None or config.variant is None:
         return profile.run
     return ConfigKey(config.variant, config.model, config.world_size, config.global_batch,
-                     config.grad_accum, config.bucket_cap_mb)
+                     config.grad_accum, config.bucket_cap_mib)
 
 
 def _groups(profiles: Sequence[RunProfile]) -> dict[ConfigKey | str, list[RunProfile]]:

@@ -43,8 +43,10 @@ _DEFINITE = ("mismatch", "order", "deviation", "not_reached", "not_completed")
 
 def diagnose(dump_set: DumpSet) -> HangDocument:
     checks = check_all(dump_set)
-    problems = sorted((c.problem for c in checks if c.problem is not None),
-                      key=lambda p: (p.kind not in _DEFINITE, p.created_ns or 1 << 63, p.group))
+    found = [c.problem for c in checks if c.problem is not None]
+    problems = sorted(found, key=lambda p: (p.kind not in _DEFINITE,
+                                            _consequence(dump_set, p, found),
+                                            p.created_ns or 1 << 63, p.group))
     hangs = [_hang(dump_set, p, problems) for p in problems]
     deadlock = _deadlock(problems)
     notes = list(dump_set.notes) + _partial_notes(dump_set)
@@ -58,6 +60,20 @@ def diagnose(dump_set: DumpSet) -> HangDocument:
         missing_dumps=dump_set.missing_ranks, unreadable=dict(dump_set.unreadable),
         groups=[_group_row(c) for c in checks], notes=notes,
         run_status=dump_set.run_status, run_error=dump_set.run_error)
+
+
+def _consequence(dump_set: DumpSet, problem: Problem, problems: list[Problem]) -> bool:
+    """Whether ``problem`` follows from another: its culprits never issued its collective
+    because each is held in another problem's, the last entry of its dump (a rank stuck in a
+    mismatched broadcast of one group never reaches the next collective of its other group).
+    Such a problem comes after the one that holds its culprits, whatever the dumps' times
+    say (the collective a peer issued first is not the cause)."""
+    if problem.kind != "not_reached" or not problem.culprits:
+        return False
+    held = {(rank, (other.group, row)) for other in problems if other is not problem
+            for rank, row in other.reached.items()}
+    return all(rank in dump_set.dumps and (rank, dump_set.dumps[rank].last_entry()) in held
+               for rank in problem.culprits)
 
 
 def site_of(frames: tuple[Frame, ...]) -> Site | None:

@@ -31,16 +31,16 @@ class PlannedRun:
 def configs(base: RunConfig, models: Sequence[str], nprocs: Sequence[int],
             caps_mib: Sequence[float]) -> list[RunConfig]:
     """``base`` under every combination of the values given (an empty list keeps base's)."""
-    return [base.replace(model=model, nproc=nproc, bucket_cap_mb=cap)
+    return [base.replace(model=model, nproc=nproc, bucket_cap_mib=cap)
             for model, nproc, cap in product(models or [base.model], nprocs or [base.nproc],
-                                             caps_mib or [base.bucket_cap_mb])]
+                                             caps_mib or [base.bucket_cap_mib])]
 
 
 def plan(variants: Sequence[str], configs: Sequence[RunConfig]) -> list[PlannedRun]:
     """Every variant under every configuration that changes what it runs, labelled."""
     several_models = len({c.model for c in configs}) > 1
     several_nprocs = len({c.nproc for c in configs}) > 1
-    several_caps = len({c.bucket_cap_mb for c in configs}) > 1
+    several_caps = len({c.bucket_cap_mib for c in configs}) > 1
     runs: dict[str, PlannedRun] = {}
     for config, variant in product(configs, variants):
         info = VARIANTS[variant]
@@ -50,6 +50,6 @@ def plan(variants: Sequence[str], configs: Sequence[RunConfig]) -> list[PlannedR
         if several_nprocs and info.distributed:
             label += f"-n{config.nproc}"
         if several_caps and info.bucketed:
-            label += f"-cap{config.bucket_cap_mb:g}"
+            label += f"-cap{config.bucket_cap_mib:g}"
         runs.setdefault(label, PlannedRun(label, variant, config))
     return list(runs.values())

@@ -94,7 +94,7 @@ class RunConfig(Launch):
     grad_accum: int | None = field(default=None, metadata=cli(
         "Micro-steps per optimizer step [default: 1; 2 for simple_ddp_ga].",
         options.POSITIVE_INT))
-    bucket_cap_mb: float = field(default=DEFAULT_BUCKET_CAP_MIB, metadata=cli(
+    bucket_cap_mib: float = field(default=DEFAULT_BUCKET_CAP_MIB, metadata=cli(
         f"Gradient bucket size in MiB ({', '.join(BUCKETED_VARIANT_NAMES)}).",
         options.POSITIVE_FLOAT))
     gradient_as_bucket_view: bool = field(default=False, metadata=cli(
@@ -141,7 +141,8 @@ class RunConfig(Launch):
     def from_json(cls, data: bytes) -> RunConfig:
         # msgspec leaves the fields a document lacks on the class: replace() puts every field
         # on the object, so that encoding it again writes them all
-        return dataclasses.replace(msgspec.json.decode(data, type=cls, dec_hook=decode_hook))
+        return dataclasses.replace(msgspec.convert(
+            with_current_names(msgspec.json.decode(data)), cls, dec_hook=decode_hook))
 
 
 def option_fields() -> list[dataclasses.Field[Any]]:
@@ -150,7 +151,7 @@ def option_fields() -> list[dataclasses.Field[Any]]:
 
 
 #: Fields that ``record`` takes as list options of their own (it records their product).
-LIST_FIELDS = ("model", "nproc", "bucket_cap_mb")
+LIST_FIELDS = ("model", "nproc", "bucket_cap_mib")
 
 
 def record_option_fields() -> list[dataclasses.Field[Any]]:
@@ -158,6 +159,22 @@ def record_option_fields() -> list[dataclasses.Field[Any]]:
     where = {f.name for f in dataclasses.fields(Launch)}
     return sorted((f for f in option_fields() if f.name not in LIST_FIELDS),
                   key=lambda f: f.name in where)
+
+
+#: The fields of a configuration written under an older name: ``bucket_cap_mb`` (run.json
+#: before version 4, ``analyze --json``'s ``profile.config`` before version 6), MiB as PyTorch's
+#: parameter of that name is.
+OLD_FIELD_NAMES = {"bucket_cap_mb": "bucket_cap_mib"}
+
+
+def with_current_names(config: Any) -> Any:
+    """A decoded configuration (JSON object) with its fields' older names read as today's;
+    anything but an object is returned as it is, for the decoder to refuse."""
+    if not isinstance(config, dict) or not config.keys() & OLD_FIELD_NAMES.keys():
+        return config
+    renamed = {OLD_FIELD_NAMES.get(key, key): value for key, value in config.items()}
+    # a document that gives both names: today's wins
+    return {**renamed, **{key: config[key] for key in OLD_FIELD_NAMES.values() if key in config}}
 
 
 def encode_hook(value: Any) -> Any:

@@ -53,13 +53,15 @@ from ..core.limits import Rank
 from ..core.processes import stat_fields, state_of
 from ..core.units import MIB
 from ..variants.mesh import MeshRecord
-from .config import RunConfig, decode_hook
+from .config import RunConfig, decode_hook, with_current_names
 
 MANIFEST_NAME = "run.json"
-#: 3: ``config`` is the ``RunConfig`` itself and ``measured`` what the ranks reported (version
-#: 2 mixed both in ``config``, renamed); 2: ``owner``, the ``interrupted`` status and
-#: ``error.signal``. Version 1 and 2 files are read into version 3's form.
-SCHEMA_VERSION = 3
+#: 4: ``config.bucket_cap_mib`` (``bucket_cap_mb`` before, read either way:
+#: ``record.config.OLD_FIELD_NAMES``); 3: ``config`` is the ``RunConfig`` itself and
+#: ``measured`` what the ranks reported (version 2 mixed both in ``config``, renamed); 2:
+#: ``owner``, the ``interrupted`` status and ``error.signal``. Version 1 and 2 files are read
+#: into version 3's form.
+SCHEMA_VERSION = 4
 #: A manifest is a few kilobytes per hundred steps; anything this big is not one.
 MAX_MANIFEST_BYTES = 64 * MIB
 
@@ -244,6 +246,8 @@ def manifest_from_json(document: object, where: object) -> RunManifest:
     version = document.get("schema_version") if isinstance(document, dict) else None
     try:
         if isinstance(version, int) and not isinstance(version, bool) and version >= 3:
+            if isinstance(document, dict) and "config" in document:
+                document = {**document, "config": with_current_names(document["config"])}
             manifest = msgspec.convert(document, RunManifest, dec_hook=decode_hook)
             if manifest.config is not None:  # every field in the object, defaults included
                 manifest.config = dataclasses.replace(manifest.config)
@@ -340,7 +344,7 @@ def _from_version_2(old: _ManifestV2) -> RunManifest:
                                                  if legacy.world_size else None),
             "nnodes": legacy.nnodes, "backend": legacy.backend,
             "global_batch": legacy.global_batch, "grad_accum": legacy.grad_accum,
-            "bucket_cap_mb": legacy.bucket_cap_mb,
+            "bucket_cap_mib": legacy.bucket_cap_mb,
             "gradient_as_bucket_view": legacy.gradient_as_bucket_view,
             "seq_len": legacy.seq_len, "steps": legacy.steps, "seed": legacy.seed,
             "lr": legacy.lr, "timeout_s": legacy.timeout_s,

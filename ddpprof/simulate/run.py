@@ -141,7 +141,7 @@ def simulate(run_path: Path, run: RunResult, sizes_mib: list[float],
     single = [o.step_us for s in steps if (o := s.replay(edits, None, WorldSize(
         1, world, sharded, shared_cores, threads), model, backend))]
     predictions = []
-    for n, cap, recorded in _configurations(info, config.bucket_cap_mb if config else None,
+    for n, cap, recorded in _configurations(info, config.bucket_cap_mib if config else None,
                                             sizes_mib, world_sizes, world):
         capped = None
         if not recorded and info is not None and cap is not None:

@@ -79,7 +79,7 @@ def sweep(base: Recording) -> list[SweepRow]:
     rows = []
     progress = Progress(quiet=base.quiet, total=len(planned))
     for run in planned:
-        config, size = run.config, run.config.bucket_cap_mb
+        config, size = run.config, run.config.bucket_cap_mib
         recording = Recording([run.variant], config, out=base.out, name=run.label, quiet=True)
         progress.start(f"{run.label} at {size:g} MiB", recording.run_dir(run.variant),
                        config.world_size)
