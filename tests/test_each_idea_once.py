@@ -95,9 +95,9 @@ def test_a_step_is_never_changed_and_its_replays_are_remembered_by_their_model(t
 #: documents' keys read back (the analyze JSON's rows before version 5, ``simulate``'s version
 #: 1, run.json version 2's ``config``) and PyTorch DDP's own parameter (``pytorch_ddp``).
 #: Every other name of it is ``bucket_cap_mib``, run.json's ``config`` field included (the
-#: old key read through ``record.config.OLD_FIELD_NAMES``).
-STILL_MB = {"analysis_document.py": 1, "gate.py": 1, "manifest.py": 2, "simulate/output.py": 2,
-            "variants/pytorch_ddp.py": 1}
+#: old key read through ``run.config.OLD_FIELD_NAMES``).
+STILL_MB = {"analysis/document.py": 1, "gate/rules.py": 1, "run/manifest.py": 2,
+            "simulate/output.py": 2, "variants/pytorch_ddp.py": 1}
 
 
 def test_the_bucket_cap_is_named_in_mib_in_the_code():

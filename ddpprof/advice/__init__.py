@@ -10,9 +10,10 @@ from collections.abc import Callable
 
 from ..analysis.results import RunResult
 from . import ranks, rules
+from .lateness import Lateness, lateness
 from .model import SEVERITY_ORDER, CapAdvice, CapReplay, Evidence, Finding
 
-RULES: tuple[Callable[[RunResult, CapAdvice | None], Finding | None], ...] = (
+RULES: tuple[Callable[[RunResult, CapAdvice | None, Lateness | None], Finding | None], ...] = (
     rules.bucket_cap_too_large, rules.bucket_cap_too_small, rules.latency_bound,
     rules.exposed_tail, ranks.slow_rank, rules.no_overlap, rules.comm_bound, rules.host_bound,
     rules.dataloader, rules.grad_accum_opportunity, rules.tp_exposed, rules.a2a_imbalance,
@@ -44,7 +45,9 @@ def findings(runs: list[RunResult], advice: dict[str, CapAdvice] | None = None
     the finding's confidence."""
     found = []
     for run in runs:
-        mine = [f for rule in RULES if (f := rule(run, (advice or {}).get(run.name)))]
+        # the ranks' lateness, measured once for the rules that read it
+        cap, late = (advice or {}).get(run.name), lateness(run.ranks)
+        mine = [f for rule in RULES if (f := rule(run, cap, late))]
         codes, superseded = {f.code for f in mine}, set[str]()
         for code, hidden in SUPERSEDES.items():   # a hidden finding hides nothing
             if code in codes and code not in superseded:

@@ -135,19 +135,6 @@ def lateness(ranks: Sequence[RankResult]) -> Lateness | None:
                     {rank: float(waiting[k].sum(axis=1).mean()) for k, rank in enumerate(order)})
 
 
-_LAST: list[tuple[Sequence[RankResult], Lateness | None]] = []
-
-
-def run_lateness(ranks: Sequence[RankResult]) -> Lateness | None:
-    """``lateness(ranks)``, made once for the run whose ranks these are (several rules read
-    it; ``findings`` draws one run's findings at a time)."""
-    if _LAST and _LAST[0][0] is ranks:
-        return _LAST[0][1]
-    found = lateness(ranks)
-    _LAST[:] = [(ranks, found)]
-    return found
-
-
 def _held(by_rank: dict[int, RankResult], waits: dict[int, CallWaits], order: list[int],
           steps: int) -> dict[int, float]:
     """Per rank N: the others' mean wall time per step sitting in collectives for rank N (the

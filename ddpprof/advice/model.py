@@ -10,7 +10,7 @@ from typing import Any
 from ..analysis.results import RankResult, RunResult
 from ..core.units import MIB
 from ..variants import variant_info
-from .lateness import run_lateness
+from .lateness import Lateness
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 #: Severity from what a finding costs (or would gain), % of the step: high from a fifth,
@@ -126,14 +126,14 @@ def reference_rank(run: RunResult) -> RankResult:
     return min(waited, key=lambda r: (r.wait.wait_us if r.wait else 0.0, r.rank))
 
 
-def exposed_share(run: RunResult, rank: RankResult) -> float:
+def exposed_share(rank: RankResult, late: Lateness | None) -> float:
     """What the rank's own collectives cost it: its exposed communication less its exposed
-    waiting for other ranks (``advice.lateness``), share of its window. Where every rank
-    waits in turn (a late rank that moves), no rank's collectives are all its own."""
+    waiting for other ranks (``late``: its run's ``advice.lateness``), share of its window.
+    Where every rank waits in turn (a late rank that moves), no rank's collectives are all its
+    own."""
     b = rank.breakdown
     if not b.window_us:
         return 0.0
-    late = run_lateness(run.ranks)
     waiting_us = 1e3 * late.exposed_wait_ms.get(rank.rank, 0.0) * len(late.steps) \
         if late is not None else 0.0
     return max(b.exposed_comm_us - waiting_us, 0.0) / b.window_us

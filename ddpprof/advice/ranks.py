@@ -24,7 +24,7 @@ import statistics
 from dataclasses import replace
 
 from ..analysis.results import RunResult
-from .lateness import Excess, Lateness, excess, run_lateness, turn_excess
+from .lateness import Excess, Lateness, excess, turn_excess
 from .model import CapAdvice, Evidence, Finding, finding
 
 # Thresholds, named as docs/findings.md names them.
@@ -48,11 +48,11 @@ CAUSES = {
 }
 
 
-def slow_rank(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def slow_rank(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """The rank the others wait for, and why; or that the rank they wait for moves."""
     if len(run.ranks) < 2:
         return None
-    late = run_lateness(run.ranks)
     if late is None or late.culprit is None:
         return _compute_skew(run) if run.slowest_rank is None else None
     step = late.step_ms

@@ -16,6 +16,7 @@ from ..analysis.rows import run_row
 from ..core.units import MIB
 from ..metrics.dispatch import SHORT_OP_US
 from ..trace.work_names import OPTIMIZER_CATEGORY
+from .lateness import Lateness
 from .model import (
     CapAdvice,
     Evidence,
@@ -61,7 +62,8 @@ QUEUED_SHARE = 0.05              # comm_queued: a group's calls queued ≥ this 
 TENSOR_PARALLEL_GROUPS = frozenset({"tp", "tensor", "tensor_parallel", "functional"})
 
 
-def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """Too few buckets for the gradients: the first gradient reduction launches late in
     backward, so communication cannot start before backward ends. On the rank the others
     wait for (``reference_rank``): its reductions are its own, not a wait for a slow rank.
@@ -102,7 +104,7 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
     when = (f"starts {100 * lateness:.0f}% into backward, so little can overlap" if lateness < 1
             else "starts only after backward's last gradient, so none of it overlaps backward")
     return finding(
-        run, "bucket_cap_too_large", exposed_share(run, rank),
+        run, "bucket_cap_too_large", exposed_share(rank, late),
         f"{len(timeline.buckets)} bucket(s) for {mib(total)} of gradients: the first gradient "
         f"reduction {when}. {remedy}.",
         [Evidence("buckets_per_step", len(timeline.buckets)),
@@ -111,7 +113,8 @@ def bucket_cap_too_large(run: RunResult, advice: CapAdvice | None) -> Finding | 
          Evidence("overlap_pct", overlap, "%"), Evidence("recommended_cap_mib", cap)], gain)
 
 
-def bucket_cap_too_small(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def bucket_cap_too_small(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """Many small gradient buckets: at least MANY_BUCKETS reductions of gradients per step
     whose mean size is below the half-bandwidth size α·β (each spends longer on the per-call
     latency than on moving bytes, and each is one more point where the ranks wait for one
@@ -136,7 +139,7 @@ def bucket_cap_too_small(run: RunResult, advice: CapAdvice | None) -> Finding | 
                  f"MiB against {replay.current_step_ms:.1f} ms now")
     remedy = (f"Make the gradient buckets larger (DDP's bucket_cap_mb={cap:g})"
               if foreign(run) else f"Use --bucket-cap-mib {cap:g}")
-    share = exposed_share(run, rank)
+    share = exposed_share(rank, late)
     return finding(
         run, "bucket_cap_too_small", share,
         f"{len(timeline.buckets)} gradient buckets per step of {mib(mean)} on average, below "
@@ -166,7 +169,8 @@ def _half_words(half: float, measured: bool) -> str:
             "collectives are of one size and no calibration is beside it)")
 
 
-def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def latency_bound(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """Many small collectives, well below the size where bus bandwidth saturates. The size is
     the half-bandwidth point α·β of the fitted cost t = α + S/β: below it a call spends more
     time on latency than on moving bytes."""
@@ -187,7 +191,7 @@ def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
                   "--bucket-cap-mib)" if sharded(run) else "bucket gradients together "
                   "(bucket_ddp_async or pytorch_ddp, or a larger --bucket-cap-mib)")
     return finding(
-        run, "latency_bound", exposed_share(run, rank),
+        run, "latency_bound", exposed_share(rank, late),
         f"{per_step:.0f} collectives per step of {mib(mean)} on average, {half / mean:.0f}× "
         f"below {_half_words(half, measured)}: {remedy}, so that each call carries more.",
         [Evidence("calls_per_step", round(per_step, 1)),
@@ -197,7 +201,8 @@ def latency_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
         confidence="high" if measured else "medium")
 
 
-def exposed_tail(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def exposed_tail(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """The last bucket's reduction sticks out after backward (on the rank the others wait
     for: on the others it sticks out by their wait too)."""
     rank = reference_rank(run)
@@ -218,12 +223,13 @@ def exposed_tail(run: RunResult, advice: CapAdvice | None) -> Finding | None:
          Evidence("step_ms", round(step, 3), "ms")], 100 * share)
 
 
-def no_overlap(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def no_overlap(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """Communication is blocking: none of it hides behind compute (on the rank the others wait
     for: the others' collectives also hold their wait for it). A step with next to no compute
     (under EXPOSED_PCT of the window) has nothing to hide it behind: no claim."""
     rank = reference_rank(run)
-    overlap, exposed = rank.breakdown.overlap_pct, 100 * exposed_share(run, rank)
+    overlap, exposed = rank.breakdown.overlap_pct, 100 * exposed_share(rank, late)
     if overlap is None or overlap >= NO_OVERLAP_PCT or exposed < EXPOSED_PCT \
             or rank.breakdown.compute_pct < EXPOSED_PCT:
         return None
@@ -246,7 +252,8 @@ def no_overlap(run: RunResult, advice: CapAdvice | None) -> Finding | None:
          Evidence("exposed_comm_pct", round(exposed, 2), "%")], exposed)
 
 
-def comm_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def comm_bound(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """Communication outweighs the work a batch brings: on the rank the others wait for (its
     collectives are its own transfers), the collectives take at least as long as forward and
     backward (its compute but the optimizer's, which grows with the parameters as the
@@ -260,7 +267,7 @@ def comm_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
     waited = rank.wait.wait_us if rank.wait is not None else 0.0
     comm_ms, compute_ms = (b.comm_us - waited) / 1e3 / steps, b.compute_us / 1e3 / steps
     work_ms = compute_ms - _optimizer_ms(rank)
-    share = exposed_share(run, rank)
+    share = exposed_share(rank, late)
     if comm_ms < work_ms or share < COMM_BOUND_SHARE:
         return None
     moved = sum(s for s in rank.calls.size_bytes if s is not None) / steps
@@ -289,7 +296,8 @@ def _optimizer_ms(rank: RankResult) -> float:
     return float(parts.part_us[parts.parts.index(key)].mean()) / 1e3
 
 
-def host_bound(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def host_bound(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """The host, not the work, sets the pace. GPU: the device sits idle while the host is still
     busy issuing work. CPU: tiny ops (mean self time under SHORT_OP_US) take at least
     TINY_OPS_SHARE of the step on every rank (their mean): the step is spent dispatching."""
@@ -346,7 +354,8 @@ def _tiny_ops(run: RunResult) -> Finding | None:
          Evidence("step_ms", round(step, 3), "ms")])
 
 
-def dataloader(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def dataloader(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """Time in the data loader inside the step."""
     rank = run.ranks[0]
     if rank.host is None or not rank.breakdown.window_us:
@@ -360,7 +369,8 @@ def dataloader(run: RunResult, advice: CapAdvice | None) -> Finding | None:
                     [Evidence("dataloader_pct", round(share, 2), "%")], share)
 
 
-def grad_accum_opportunity(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def grad_accum_opportunity(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """Communication dominates (exposed communication takes at least as long as compute) and
     is not amortized: accumulating gradients over K micro-steps syncs once per K, so exposed
     communication per sample falls by 1 − 1/K (K = 2: half)."""
@@ -368,7 +378,7 @@ def grad_accum_opportunity(run: RunResult, advice: CapAdvice | None) -> Finding 
     rank = reference_rank(run)
     if row.grad_accum not in (None, 1) or not rank.collectives:
         return None
-    exposed, compute = 100 * exposed_share(run, rank), rank.breakdown.compute_pct
+    exposed, compute = 100 * exposed_share(rank, late), rank.breakdown.compute_pct
     if exposed < ACCUMULATION_EXPOSED_PCT or exposed < compute:
         return None
     gain = exposed / 2
@@ -385,7 +395,8 @@ def grad_accum_opportunity(run: RunResult, advice: CapAdvice | None) -> Finding 
         gain)
 
 
-def tp_exposed(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def tp_exposed(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """Tensor-parallel collectives on the critical path: a tensor-parallel group
     (:data:`TENSOR_PARALLEL_GROUPS`) exposed for at least TP_EXPOSED_SHARE of the step and for
     at least TP_DOMINANT_SHARE of the exposed time of all groups together."""
@@ -418,7 +429,8 @@ def tp_exposed(run: RunResult, advice: CapAdvice | None) -> Finding | None:
          Evidence("locality", row.locality)])
 
 
-def a2a_imbalance(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def a2a_imbalance(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """Uneven all-to-alls: in a group communicating at least A2A_SHARE of the step, the
     heaviest rank sends at least A2A_IMBALANCE × the mean bytes of the matched calls
     (``metrics.groups.Imbalance``). What it costs is taken as the share of the group's time
@@ -445,7 +457,8 @@ def a2a_imbalance(run: RunResult, advice: CapAdvice | None) -> Finding | None:
          Evidence("comm_ms_per_step", round(row.comm_ms_per_step, 3), "ms")])
 
 
-def comm_queued(run: RunResult, advice: CapAdvice | None) -> Finding | None:
+def comm_queued(run: RunResult, advice: CapAdvice | None, late: Lateness | None
+        ) -> Finding | None:
     """Collectives that could overlap but wait behind other traffic on their stream: a group
     whose calls, once launched, queued behind another group's calls or behind blocking calls
     of their own group (``metrics.groups.queued``) for at least QUEUED_SHARE of the step,
