@@ -81,7 +81,7 @@ def test_every_kind_expects_documented_findings():
     and the docs' table of kinds lists every kind with the same codes."""
     from ddpprof.advice import rules  # noqa: F401  (the rules' codes, below)
 
-    sources = "".join(p.read_text() for p in [*(REPO / "ddpprof" / "findings").glob("*.py"),
+    sources = "".join(p.read_text() for p in [*(REPO / "ddpprof" / "advice").glob("*.py"),
                                               REPO / "ddpprof" / "hang" / "finding.py"])
     docs = (REPO / "docs" / "findings.md").read_text().split("## How well it diagnoses")[1]
     for name, kind in FAULT_KINDS.items():
