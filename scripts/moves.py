@@ -294,6 +294,34 @@ def rewrite_dotted(match: re.Match[str]) -> str:
     return match.group(0)
 
 
+_FROM = re.compile(r"\bfrom (ddpprof(?:\.\w+)*) import (\w+(?: as \w+)?(?:, \w+(?: as \w+)?)*)$",
+                   re.MULTILINE)
+
+
+def rewrite_from(match: re.Match[str]) -> str:
+    """``from ddpprof.x import a`` written in a string or a page (code in a subprocess's
+    argument, a docs example), one line: as an import statement would be rewritten."""
+    source = match.group(1)
+    groups: dict[str, list[str]] = {}
+    for text_name in match.group(2).split(", "):
+        name = text_name.split(" as ")[0]
+        sub = f"{source}.{name}"
+        if sub in MODULES:
+            parent, _, leaf = MODULES[sub].rpartition(".")
+            alias = text_name.partition(" as ")[2] or name
+            groups.setdefault(parent, []).append(leaf if leaf == alias else f"{leaf} as {alias}")
+        elif sub in FINAL and source in MODULES:
+            groups.setdefault(source, []).append(text_name)
+        else:
+            groups.setdefault(mapped(source, name), []).append(text_name)
+    if list(groups) == [source]:
+        return match.group(0)
+    line_start = match.string.rfind("\n", 0, match.start()) + 1
+    indent = re.match(r"[ \t]*", match.string[line_start:]).group(0)
+    return f"\n{indent}".join(f"from {target} import {', '.join(names)}"
+                              for target, names in groups.items())
+
+
 def rewrite_path(match: re.Match[str]) -> str:
     text = match.group(0)
     if not text.endswith(".py"):
@@ -344,6 +372,7 @@ def main() -> None:
             rewritten = rewrite_imports(path, old_module, new_module)
             if rewritten is not None:
                 new_text = rewritten
+        new_text = _FROM.sub(rewrite_from, new_text)
         new_text = _DOTTED.sub(rewrite_dotted, new_text)
         new_text = _PATH.sub(rewrite_path, new_text)
         if new_text != text:

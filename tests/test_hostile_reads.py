@@ -111,7 +111,7 @@ _SWAPPED = """
 import os, sys
 from pathlib import Path
 from ddpprof.core.errors import TraceError
-from ddpprof.trace import io
+from ddpprof.core import io
 fifo, regular = Path(sys.argv[1]), Path(sys.argv[2])
 real_stat = os.stat
 # the check sees a regular file; the open then finds the FIFO swapped in
