@@ -220,8 +220,9 @@ class DeviceAnalysis:
                 self.notes.append(f"{int(widened.sum())} kernels ({time_ms:.2f} ms) that HTA "
                                   "counts as compute are communication here (see "
                                   "COMM_KERNEL_PATTERNS); --hta-compat counts them as HTA does")
-        names = {trace.names[i] for i in np.unique(trace.name_id[sel & (
-            self.kinds != Kind.COMMUNICATION)])}
+        # the names present, counted rather than sorted (an event per name is enough)
+        names = {trace.names[i] for i in np.flatnonzero(np.bincount(trace.name_id[sel & (
+            self.kinds != Kind.COMMUNICATION)], minlength=len(trace.names))).tolist()}
         suspected = classify.suspected_comm(names)
         if suspected:
             libraries = sorted(set(suspected.values()))
