@@ -16,15 +16,18 @@ import msgspec
 from .analysis.buckets import BucketRow
 from .analysis.group_rows import GroupRankRow, GroupRow
 from .analysis.results import RankResult
-from .diff.compare import PairDiff
 from .findings import Finding
 from .gate import Verdict
-from .memory import RankComparison, StageEstimate
 from .metrics.tax import TaxRow
 from .simulate.results import Prediction, SimulateRow
 
 if TYPE_CHECKING:
     import pandas
+
+    # types only: a diff and the memory model are imported where a job makes one, not by
+    # analyze
+    from .diff.compare import PairDiff
+    from .memory import RankComparison, StageEstimate
 
     # the graphs' machinery is imported where a replay is made, not by analyze
     from .graph.summary import StepPath
