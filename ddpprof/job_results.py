@@ -24,13 +24,11 @@ from .simulate.results import Prediction, SimulateRow
 if TYPE_CHECKING:
     import pandas
 
-    # types only: a diff and the memory model are imported where a job makes one, not by
-    # analyze
+    # types only: the graphs' machinery is imported where a replay is made, a diff and the
+    # memory model where a job makes one, none of them by analyze
     from .diff.compare import PairDiff
-    from .memory import RankComparison, StageEstimate
-
-    # the graphs' machinery is imported where a replay is made, not by analyze
     from .graph.summary import StepPath
+    from .memory import RankComparison, StageEstimate
 
 
 def frame(rows: Sequence[Any], row_type: type) -> pandas.DataFrame:
