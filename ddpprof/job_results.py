@@ -16,18 +16,19 @@ import msgspec
 from .analysis.buckets import BucketRow
 from .analysis.group_rows import GroupRankRow, GroupRow
 from .analysis.results import RankResult
-from .diff.compare import PairDiff
 from .findings import Finding
 from .gate import Verdict
-from .memory import RankComparison, StageEstimate
 from .metrics.tax import TaxRow
 from .simulate.results import Prediction, SimulateRow
 
 if TYPE_CHECKING:
     import pandas
 
-    # the graphs' machinery is imported where a replay is made, not by analyze
+    # types only: the graphs' machinery is imported where a replay is made, a diff and the
+    # memory model where a job makes one, none of them by analyze
+    from .diff.compare import PairDiff
     from .graph.summary import StepPath
+    from .memory import RankComparison, StageEstimate
 
 
 def frame(rows: Sequence[Any], row_type: type) -> pandas.DataFrame:
