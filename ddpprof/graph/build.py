@@ -49,7 +49,7 @@ from ..trace import classify
 from ..trace.classify import KernelClassifier
 from ..trace.events import CommArgs, RankTrace
 from . import model
-from .completions import issue_and_complete, stream_waits, thread_handoffs, untraced_waits
+from .completions import NodeView, issue_and_complete, stream_waits, thread_handoffs, untraced_waits
 from .lanes import Part, device_lanes, host_lanes, step_ends
 from .model import Collective, EdgeKind, Gradient, Node, StepGraph, recorded_graph
 from .prepared import Prepared, StepEvents, prepare
@@ -66,10 +66,11 @@ def _rank_part(p: Prepared, rank: int, events: StepEvents, lo: float, hi: float,
     host_lanes(p, part, events.host, lo, hi)
     device_lanes(p, part, events, lo)
     issue_and_complete(p, part, events.host)
-    untraced_waits(p, part)
+    view = NodeView.of(part.nodes)     # the nodes are final: only edges are added from here
+    untraced_waits(p, part, view)
     if p.gpu:
-        thread_handoffs(part)
-    unexplained = stream_waits(p, part)
+        thread_handoffs(part, view)
+    unexplained = stream_waits(p, part, view)
     step_ends(part, hi, step_lane)
     return part, unexplained
 

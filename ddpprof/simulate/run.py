@@ -139,8 +139,9 @@ def simulate(run_path: Path, run: RunResult, sizes_mib: list[float],
     def resized(n: int) -> WorldSize | None:
         return None if n == world else WorldSize(n, world, sharded, shared_cores, threads)
 
-    single = [o.step_us for s in steps if (o := s.replay(edits, None, WorldSize(
-        1, world, sharded, shared_cores, threads), model, backend))]
+    # at the run's own world size the one-rank replay is the recorded one (remembered)
+    single = [o.step_us for s in steps if (o := s.replay(edits, None, resized(1), model,
+                                                         backend))]
     predictions = []
     for n, cap, recorded in _configurations(info, config.bucket_cap_mb if config else None,
                                             sizes_mib, world_sizes, world):
