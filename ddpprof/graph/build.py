@@ -48,6 +48,7 @@ from ..metrics.waits import _match
 from ..trace import classify
 from ..trace.classify import KernelClassifier
 from ..trace.events import CommArgs, RankTrace
+from ..trace.loader import _collector_paused
 from . import model
 from .completions import NodeView, issue_and_complete, stream_waits, thread_handoffs, untraced_waits
 from .lanes import Part, device_lanes, host_lanes, step_ends
@@ -97,6 +98,9 @@ class RankStep:
     unlaunched: int = 0          # its communication kernels with no launch in the trace
 
 
+# (its nodes and edges are a few hundred thousand objects with no cycles: each collection
+# would walk them all, a fifth of the time)
+@_collector_paused()
 def rank_steps(trace: RankTrace, rank: int, keep_last_step: bool = False,
                classifier: KernelClassifier | None = None, at_most: int | None = None
                ) -> list[RankStep]:
@@ -202,7 +206,8 @@ def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> 
         offsets.append(len(nodes))
         at = offsets[-1]
         nodes.extend(member.part.nodes)
-        edges.extend((u + at, v + at, kind) for u, v, kind in member.part.edges)
+        edges.extend([(u + at, v + at, kind) for u, v, kind in member.part.edges] if at
+                     else member.part.edges)
         collectives += [msgspec.structs.replace(
             c, arrive=c.arrive + at, transfer=c.transfer + at, nodes=[k + at for k in c.nodes],
             issue=[k + at for k in c.issue]) for c in member.annotated]
