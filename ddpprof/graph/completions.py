@@ -135,9 +135,10 @@ def untraced_waits(p: Prepared, part: Part, view: NodeView) -> None:
     done_ends = [d[0] for d in done]
     waited = {v for _, v, kind in part.edges if kind == EdgeKind.COMPLETE}
     for u, v, kind in list(part.edges):
-        if (kind != EdgeKind.PROGRAM or v in waited or not view.on_thread[v]
-                or view.kind[v] in (NodeKind.ARRIVE, NodeKind.COMMUNICATION)
-                or start[v] - end[u] <= 2 * COMPLETION_SLACK_US):
+        # (the gap first: most edges have none)
+        if (start[v] - end[u] <= 2 * COMPLETION_SLACK_US or kind != EdgeKind.PROGRAM
+                or v in waited or not view.on_thread[v]
+                or view.kind[v] in (NodeKind.ARRIVE, NodeKind.COMMUNICATION)):
             continue
         # the latest collective that ended by the node's start: if any ended in the gap
         # and woke the thread, that one did (both tests are monotone in its end)
@@ -162,12 +163,14 @@ def thread_handoffs(part: Part, view: NodeView) -> None:
     order = np.argsort(np.array(end)[by_end], kind="stable")
     by_end = by_end[order]
     ends = np.array(end)[by_end]
-    explained = {v for _, v, kind in part.edges if kind in (
-        EdgeKind.COMPLETE, EdgeKind.ISSUE, EdgeKind.HANDOFF)}
+    explained: set[int] = set()
     before: dict[int, float] = {}
     for u, v, kind in part.edges:
-        if kind == EdgeKind.PROGRAM and view.on_thread[v]:
-            before[v] = end[u]
+        if kind == EdgeKind.PROGRAM:
+            if view.on_thread[v]:
+                before[v] = end[u]
+        elif kind in (EdgeKind.COMPLETE, EdgeKind.ISSUE, EdgeKind.HANDOFF):
+            explained.add(v)
     step_lane = lanes[0]
     for k in host:
         since = before.get(k, start[0])
