@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from ..trace.loader import _collector_paused
 from .build import RankStep, join_steps
 from .contended import Tax
 from .model import CycleError, StepGraph
@@ -154,6 +155,7 @@ def _segments(pieces: list[PathPiece]) -> list[Segment]:
     return segments
 
 
+@_collector_paused()     # (see ``build.rank_steps``)
 def run_paths(run: str, ranks: dict[int, list[RankStep]], edits: Sequence[list[Edit]],
               tax: Tax | None = None) -> tuple[list[StepPath], list[StepGraph], list[str]]:
     """Every analyzed step of one run: its path summary and graph, and notes, from each rank's

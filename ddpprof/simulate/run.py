@@ -22,6 +22,7 @@ from ..metrics.cost import CostModel
 from ..metrics.middle import middle_index
 from ..options import check_rank_edits
 from ..trace.discover import discover
+from ..trace.loader import _collector_paused
 from ..variants import VariantInfo, variant_info
 from . import output, sources
 from .results import Measured, Prediction, Simulation
@@ -82,6 +83,7 @@ def check_replayable(manifest: RunManifest, where: object) -> None:
                          f"{variant} communicates over several (its mesh's dimensions)")
 
 
+@_collector_paused()     # (see ``graph.build.rank_steps``)
 def simulate(run_path: Path, run: RunResult, sizes_mib: list[float],
              world_sizes: list[int] | None, costs: Costs, ready_order: bool = False,
              sweep_points: dict[float, float] | None = None, edits: tuple[Edit, ...] = (),
@@ -139,8 +141,9 @@ def simulate(run_path: Path, run: RunResult, sizes_mib: list[float],
     def resized(n: int) -> WorldSize | None:
         return None if n == world else WorldSize(n, world, sharded, shared_cores, threads)
 
-    single = [o.step_us for s in steps if (o := s.replay(edits, None, WorldSize(
-        1, world, sharded, shared_cores, threads), model, backend))]
+    # at the run's own world size the one-rank replay is the recorded one (remembered)
+    single = [o.step_us for s in steps if (o := s.replay(edits, None, resized(1), model,
+                                                         backend))]
     predictions = []
     for n, cap, recorded in _configurations(info, config.bucket_cap_mib if config else None,
                                             sizes_mib, world_sizes, world):
