@@ -67,7 +67,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     are made: else each worker would make every shared fixture (minutes of recordings twice),
     silently. xdist marks a grouped test by an ``@group`` suffix of its node id, which pytest
     9.2 no longer keeps (setup.cfg holds pytest below it)."""
-    if (os.environ.get("PYTEST_XDIST_WORKER") and item.config.getvalue("loadgroup")
+    if (os.environ.get("PYTEST_XDIST_WORKER") and item.config.getoption("loadgroup", False)
             and item.get_closest_marker("xdist_group") and "@" not in item.nodeid):
         pytest.fail("--dist loadgroup lost this test's group (tests/conftest.py)",
                     pytrace=False)
