@@ -27,7 +27,10 @@ if TYPE_CHECKING:
     import pandas
 
     # the graphs' machinery is imported where a replay is made, not by analyze
+    from .graph.contended import Tax
+    from .graph.model import StepGraph
     from .graph.summary import StepPath
+    from .simulate.results import Simulation
 
 
 def frame(rows: Sequence[Any], row_type: type) -> pandas.DataFrame:
@@ -208,11 +211,15 @@ class OverlapTaxResult:
 
 @dataclass(frozen=True)
 class CriticalPathResult:
-    """Each analyzed step's critical path across ranks (``graph.summary.run_paths``)."""
+    """Each analyzed step's critical path across ranks (``graph.summary.run_paths``), the
+    graphs they were found on (``graphs``, in ``steps``' order) and the overlap tax the
+    what-ifs replay under (``tax``)."""
 
     run: str
     steps: tuple[StepPath, ...]
     notes: tuple[str, ...]
+    graphs: tuple[StepGraph, ...] = dataclasses.field(repr=False)
+    tax: Tax
 
     def to_pandas(self) -> pandas.DataFrame:
         """The path's split: one row per step, category and rank."""
@@ -300,6 +307,8 @@ class SimulationResult:
     predictions: tuple[Prediction, ...]
     rows: tuple[SimulateRow, ...]
     notes: tuple[str, ...]
+    #: the whole replay (cost model, overlap tax, measured points): what ``--json`` writes
+    simulation: Simulation = dataclasses.field(repr=False)
 
     def to_pandas(self) -> pandas.DataFrame:
         return frame(self.rows, SimulateRow)
