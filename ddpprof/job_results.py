@@ -27,8 +27,11 @@ if TYPE_CHECKING:
     # types only: the graphs' machinery is imported where a replay is made, a diff and the
     # memory model where a job makes one, none of them by analyze
     from .diff.compare import PairDiff
+    from .graph.contended import Tax
+    from .graph.model import StepGraph
     from .graph.summary import StepPath
     from .memory import RankComparison, StageEstimate
+    from .simulate.results import Simulation
 
 
 def frame(rows: Sequence[Any], row_type: type) -> pandas.DataFrame:
@@ -209,11 +212,15 @@ class OverlapTaxResult:
 
 @dataclass(frozen=True)
 class CriticalPathResult:
-    """Each analyzed step's critical path across ranks (``graph.summary.run_paths``)."""
+    """Each analyzed step's critical path across ranks (``graph.summary.run_paths``), the
+    graphs they were found on (``graphs``, in ``steps``' order) and the overlap tax the
+    what-ifs replay under (``tax``)."""
 
     run: str
     steps: tuple[StepPath, ...]
     notes: tuple[str, ...]
+    graphs: tuple[StepGraph, ...] = dataclasses.field(repr=False)
+    tax: Tax
 
     def to_pandas(self) -> pandas.DataFrame:
         """The path's split: one row per step, category and rank."""
@@ -301,6 +308,8 @@ class SimulationResult:
     predictions: tuple[Prediction, ...]
     rows: tuple[SimulateRow, ...]
     notes: tuple[str, ...]
+    #: the whole replay (cost model, overlap tax, measured points): what ``--json`` writes
+    simulation: Simulation = dataclasses.field(repr=False)
 
     def to_pandas(self) -> pandas.DataFrame:
         return frame(self.rows, SimulateRow)

@@ -21,6 +21,7 @@ from .results import Analysis, RankResult, RunProblem, RunResult, StepRow
 
 if TYPE_CHECKING:
     from ..findings import Finding
+    from ..graph.summary import CriticalPathSection
 
 #: 6: ``profile.config.bucket_cap_mib`` (run.json's field, ``bucket_cap_mb`` before);
 #: 5: metrics named as everywhere else (``exposed_comm_pct``, was ``comm_overhead_pct``;
@@ -273,10 +274,11 @@ def _problem(problem: RunProblem) -> dict[str, Any]:
     return {"run": problem.run, "error": problem.error, "status": problem.status}
 
 
-def to_json_document(analysis: Analysis, findings: list[Finding] | None = None
-                     ) -> dict[str, Any]:
-    """The stable ``--json`` schema (the gate's input); ``findings`` are
-    ``ddpprof.findings.Finding``s."""
+def to_json_document(analysis: Analysis, findings: list[Finding] | None = None,
+                     critical_path: CriticalPathSection | None = None) -> dict[str, Any]:
+    """The stable ``--json`` schema (the gate's input), built once, whole; ``findings`` are
+    ``ddpprof.findings.Finding``s, ``critical_path`` the steps' paths of ``analyze
+    --critical-path`` (its section, after the others)."""
     from ..diff.profile import profile_json, run_profile
     from .group_rows import group_rows, rank_group_rows
 
@@ -301,7 +303,9 @@ def to_json_document(analysis: Analysis, findings: list[Finding] | None = None
     return {"schema": "ddpprof.analyze", "version": SCHEMA_VERSION, "runs": runs,
             "findings": [f.to_dict() for f in findings or []],
             "unfinished": [_problem(p) for p in analysis.unfinished],
-            "errors": [_problem(p) for p in analysis.errors]}
+            "errors": [_problem(p) for p in analysis.errors],
+            **({"critical_path": msgspec.to_builtins(critical_path)}
+               if critical_path is not None else {})}
 
 
 @dataclass(frozen=True)

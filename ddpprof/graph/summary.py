@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from ..metrics.tax import OverlapTax
 from ..trace.loader import _collector_paused
 from .build import RankStep, join_steps
 from .contended import Tax
@@ -97,9 +98,17 @@ class StepPath(msgspec.Struct, frozen=True):
         return max(waits, key=lambda row: row.us).rank if waits else None
 
 
-class CriticalPathDocument(msgspec.Struct):
+class CriticalPathSection(msgspec.Struct):
+    """The critical paths of some runs' steps: ``analyze --critical-path``'s part of the
+    analyze document, and the body of ``critical-path``'s own."""
+
     steps: list[StepPath]
     notes: list[str]
+
+
+class CriticalPathDocument(CriticalPathSection):
+    """``ddpprof critical-path --json``."""
+
     schema: str = SCHEMA
     version: int = VERSION
 
@@ -153,6 +162,15 @@ def _segments(pieces: list[PathPiece]) -> list[Segment]:
                                     p.duration_us, 1))
             longest.append(p.duration_us)
     return segments
+
+
+def measured_run_paths(run: str, ranks: dict[int, list[RankStep]],
+                       overlap_tax: OverlapTax | None, edits: Sequence[list[Edit]] = ()
+                       ) -> tuple[list[StepPath], list[StepGraph], list[str], Tax]:
+    """:func:`run_paths` with each what-if replayed under the run's measured overlap tax
+    (``Tax.measured``), which comes back with them (the findings' replays use it too)."""
+    tax = Tax.measured(overlap_tax, [])
+    return (*run_paths(run, ranks, edits, tax if edits else None), tax)
 
 
 @_collector_paused()     # (see ``build.rank_steps``)
