@@ -50,6 +50,7 @@ From the repository root, in an environment with ddpprof and HTA installed::
     python benchmarks/analyze_vs_hta.py --compact            # compact JSON, no line breaks
     python benchmarks/analyze_vs_hta.py --fixture b200       # tile another fixture
     python benchmarks/analyze_vs_hta.py --compare-with /tmp/main   # beside another checkout
+    python benchmarks/analyze_vs_hta.py --skip-memory        # times only, no memory round
     python benchmarks/analyze_vs_hta.py --repeats 3 \
         --folder tests/fixtures/real-traces/param-dlrm-8rank-alltoall   # a real 8-rank set
 
@@ -421,6 +422,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--compact", action="store_true",
                    help="Write the trace as compact JSON (no line breaks between events).")
     p.add_argument("--skip-hta", action="store_true", help="Time ddpprof only.")
+    p.add_argument("--skip-memory", action="store_true",
+                   help="Leave out the last round, which samples each tool's peak memory (HTA's "
+                        "run is minutes on a busy machine).")
     p.add_argument("--folder", type=Path, metavar="DIR",
                    help="Time both tools on this folder of traces as it is (a real multi-rank "
                         "set: every rank's trace; nothing is tiled, no msgspec floor).")
@@ -565,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in ("ddpprof", "compared", "HTA", "msgspec")
                  if n in runners and not (n == "HTA" and args.skip_hta)
                  and not (n == "msgspec" and args.folder is not None)]
-        for i in range(args.repeats + 1):
+        for i in range(args.repeats + (0 if args.skip_memory else 1)):
             sample = i == args.repeats          # the last round samples memory
             for name in names if i % 2 == 0 else names[::-1]:
                 label = "memory" if sample else f"time {i + 1}/{args.repeats}"

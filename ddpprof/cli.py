@@ -8,6 +8,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import click
@@ -15,6 +16,7 @@ import rich_click.rich_click as help_style
 from rich_click import RichCommand, RichGroup
 
 from . import __version__
+from .commands import options_from
 from .commands.variants import help_text
 from .core.errors import Interrupted, RunFailed, UsageError, describe_os_error, without_secrets
 from .core.processes import import_numpy_with_one_blas_thread, out_of_memory
@@ -40,12 +42,18 @@ class Commands(RichGroup):
         return list(self.commands)  # as declared: the order a user works in
 
 
-def run(command: str, *args: Any, outputs: Outputs, **kwargs: Any) -> None:
-    """Call ``ddpprof.commands.<command>``, print and write what it returns, exit with its
-    status."""
+def run(command: str, outputs: Outputs, parsed: dict[str, Any] | None = None) -> None:
+    """Call ``ddpprof.commands.<command>`` with its options object (``<Command>Options``,
+    declared beside it, built from ``parsed``: ``commands.options_from``) and ``outputs``;
+    print and write what it returns, exit with its status."""
     import_numpy_with_one_blas_thread()
     module = importlib.import_module(f"{__package__}.commands.{command}")
-    output: Output = getattr(module, command)(*args, outputs=outputs, **kwargs)
+    function = getattr(module, command)
+    if parsed is None:
+        output: Output = function(outputs)
+    else:
+        kind = getattr(module, "".join(w.title() for w in command.split("_")) + "Options")
+        output = function(options_from(kind, parsed), outputs)
     emit(output, outputs)
     if output.exit_code:
         sys.exit(output.exit_code)
@@ -74,14 +82,15 @@ def cli() -> None:
                    "(run.json records it under injected_faults); repeatable. Kinds: "
                    f"{kind_names()} (see docs/recording.md#faults).")
 @o.outputs("one row per run", progress=True)
-def record(**kwargs: Any) -> None:
+def record(outputs: Outputs, **parsed: Any) -> None:
     """Record training runs through torchrun: one Chrome trace per rank and a run.json each.
 
     Every variant runs under every combination of --model, --nproc and --bucket-cap-mib.
     One run goes in OUT/NAME (NAME: the variant); several in `OUT/[NAME/]LABEL`, LABEL being
     `VARIANT[-MODEL][-nNPROC][-capMIB]` with a part for each option given several values.
     """
-    run("record", **kwargs)
+    config = {field.name: parsed.pop(field.name) for field in record_option_fields()}
+    run("record", outputs, {**parsed, "config": MappingProxyType(config)})
 
 
 @cli.command(epilog=exits(""))
@@ -89,14 +98,14 @@ def record(**kwargs: Any) -> None:
 @g.analysis_options()
 @o.outputs("every metric, per run and per rank (the gate's input)", html="<name>",
            progress=True)
-def analyze(**kwargs: Any) -> None:
+def analyze(outputs: Outputs, **parsed: Any) -> None:
     """Compute, non-compute, idle and overlap shares and collective statistics of traces.
 
     PATH is a run folder (rank traces and an optional run.json), a folder of run folders, or
     trace files (.json or .json.gz), on disk or at a URL (s3://, gs://, az://, http(s)://).
     --html writes reports/<name>.html, <name> being the folder's or file's name.
     """
-    run("analyze", **kwargs)
+    run("analyze", outputs, parsed)
 
 
 @cli.command("critical-path", epilog=exits(""))
@@ -104,7 +113,7 @@ def analyze(**kwargs: Any) -> None:
 @o.keep_last_step_option()
 @g.what_if_options()
 @o.outputs("the critical path of every step", html="<name>-critical-path", progress=True)
-def critical_path(**kwargs: Any) -> None:
+def critical_path(outputs: Outputs, **parsed: Any) -> None:
     """The chain of work across ranks that sets each step's length, and what it is made of:
     compute on each rank, exposed communication, waiting for a rank, host time and idle.
 
@@ -112,7 +121,7 @@ def critical_path(**kwargs: Any) -> None:
     thread and stream, launches, collectives across ranks) is replayed: the --faster,
     --faster-network and --rank-delay options predict the step after that change.
     """
-    run("critical_path", **kwargs)
+    run("critical_path", outputs, parsed)
 
 
 @cli.command(epilog=exits(""))
@@ -121,31 +130,31 @@ def critical_path(**kwargs: Any) -> None:
 @g.diff_options()
 @o.outputs("the parts, the moved items and the noise of every pair", html="diff-<A>-<B>",
            progress=True)
-def diff(**kwargs: Any) -> None:
+def diff(outputs: Outputs, **parsed: Any) -> None:
     """Why B's step differs from A's: the change split into parts that add up to it, each
     against the noise of the runs (their repeats, their steps, or the CPU prior for runs
     recorded like it), and what moved inside them. A and B are what `ddpprof analyze` takes,
     or its --json files (docs/diff.md)."""
-    run("diff", **kwargs)
+    run("diff", outputs, parsed)
 
 
 @cli.command(epilog=exits("a rule is broken (a regression)"))
 @click.argument("current", type=o.FOLDER)
 @g.gate_options()
 @o.outputs("the verdicts", progress=True)
-def gate(**kwargs: Any) -> None:
+def gate(outputs: Outputs, **parsed: Any) -> None:
     """Fail (exit 1) when a metric of CURRENT breaks a rule against the baseline.
 
     CURRENT is a trace folder (analyzed now) or an `ddpprof analyze --json` file. Runs are
     matched by name (names must be unique), else by variant and configuration.
     """
-    run("gate", **kwargs)
+    run("gate", outputs, parsed)
 
 
 @cli.command(epilog=exits("the dumps show no hang"))
 @click.argument("path", metavar="RUN_OR_DUMPS", type=click.Path(path_type=Path))
 @o.outputs("the diagnosis", progress=True)
-def hang(**kwargs: Any) -> None:
+def hang(outputs: Outputs, **parsed: Any) -> None:
     """Why a job hung: the first collective its ranks did not all reach alike, the ranks to
     blame and what each did instead, and where in the code, from Flight Recorder dumps.
 
@@ -153,7 +162,7 @@ def hang(**kwargs: Any) -> None:
     PyTorch's Flight Recorder dumps (pickle or JSON, named <prefix><rank>), or that prefix
     (TORCH_FR_DUMP_TEMP_FILE). Exit 0 with a diagnosis.
     """
-    run("hang", **kwargs)
+    run("hang", outputs, parsed)
 
 
 @cli.command(epilog=exits(""))
@@ -165,11 +174,11 @@ def hang(**kwargs: Any) -> None:
 @o.keep_last_step_option()
 @o.outputs("the predictions, the cost model and the notes", html="<run>-simulate",
            progress=True)
-def simulate(**kwargs: Any) -> None:
+def simulate(outputs: Outputs, **parsed: Any) -> None:
     """Predict step time, exposed communication, overlap and scaling efficiency of a recorded
     run's own configuration and of other bucket sizes and world sizes, by replaying its
     steps' dependency graphs across ranks with those edits."""
-    run("simulate", **kwargs)
+    run("simulate", outputs, parsed)
 
 
 @cli.command(epilog=exits("the sweep failed"))
@@ -182,10 +191,10 @@ def simulate(**kwargs: Any) -> None:
                    "then replays every run with it.")
 @o.out_option("calibration", "The folder calibration.json goes in.")
 @o.outputs("the calibration (as OUT/calibration.json)", html="calibration", progress=True)
-def calibrate(**kwargs: Any) -> None:
+def calibrate(outputs: Outputs, **parsed: Any) -> None:
     """Measure all-reduce time against size (an nccl-tests-style sweep through torchrun) and
     fit the latency α and bandwidth β that `ddpprof simulate` uses: OUT/calibration.json."""
-    run("calibrate", **kwargs)
+    run("calibrate", outputs, parsed)
 
 
 @cli.command(epilog=exits("a run failed"))
@@ -196,10 +205,10 @@ def calibrate(**kwargs: Any) -> None:
 @o.config_options(option_fields(), only=("steps", "global_batch", "backend"))
 @o.out_option("sweep", "The folder the run folders go in (named as record names them).")
 @o.outputs("one row per run", html="sweep", progress=True)
-def sweep(**kwargs: Any) -> None:
+def sweep(outputs: Outputs, **parsed: Any) -> None:
     """Measure step time, overlap, gradient collectives and exposed communication of the
     variants with buckets at each bucket size: the bucket-size valley."""
-    run("sweep", **kwargs)
+    run("sweep", outputs, parsed)
 
 
 @cli.command(epilog=exits("a run failed"))
@@ -210,10 +219,10 @@ def sweep(**kwargs: Any) -> None:
 @g.bench_options()
 @o.out_option("bench", "The folder the run folders go in (VARIANT-MODEL-nN-TAG).")
 @o.outputs("one row per configuration", html="bench", progress=True)
-def bench(**kwargs: Any) -> None:
+def bench(outputs: Outputs, **parsed: Any) -> None:
     """The scaling benchmark: step and epoch time, communication time of the blocking
     variants, throughput, speedup, scaling efficiency and Amdahl's parallel fraction."""
-    run("bench", **kwargs)
+    run("bench", outputs, parsed)
 
 
 @cli.command(epilog=exits(""))
@@ -221,18 +230,18 @@ def bench(**kwargs: Any) -> None:
 @o.model_option(None, "Parameters counted from its definition. ")
 @g.memory_options()
 @o.outputs("the estimates, or each run's ranks beside its estimate", progress=True)
-def memory(run_paths: tuple[Path, ...], **kwargs: Any) -> None:
+def memory(outputs: Outputs, **parsed: Any) -> None:
     """Bytes per rank for DDP and ZeRO stages 1-3 (parameters, gradients, optimizer state) and
     communication per step, for --model or --model-path at --world-size; or, for recorded RUN
     folders, each rank's measured steady state beside the estimate."""
-    run("memory", list(run_paths), **kwargs)
+    run("memory", outputs, parsed)
 
 
 @cli.command(epilog=exits(""))
 @o.outputs("the variants and their properties")
 def variants(outputs: Outputs) -> None:
     """The data-parallel variants `ddpprof record` runs (--variant), one line each."""
-    run("variants", outputs=outputs)
+    run("variants", outputs)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Literal
 
 from .advice import findings
 from .advice.bucket_cap import cap_advice_for_runs, cap_advice_within
-from .analysis import AnalysisOptions, analyze_paths
+from .analysis import AnalysisOptions, analyze_paths, to_json_document
 from .analysis.executors import Progress
 from .analysis.group_rows import group_rows, rank_group_rows
+from .analysis.profile import RunProfile, run_profile
 from .analysis.results import Analysis, RunResult
 from .analysis.rows import RunRow, run_row
 from .core.errors import UsageError
 from .core.storage import Location, location_of
-from .gate.rules import GateRun
+from .gate.rules import GateRun, runs_of
 from .job_results import (
     BreakdownResult,
     BucketsResult,
@@ -48,6 +49,7 @@ from .run.manifest import MANIFEST_NAME
 
 if TYPE_CHECKING:   # the graphs' machinery is imported where a replay is made, not by analyze
     from .graph.whatif import Edit
+    from .simulate.sources import Costs
 
 __all__ = ["Job", "JobSet", "analysis_options"]
 
@@ -111,6 +113,13 @@ class JobSet:
         advice's cost model pooled over the runs: ``simulate.advice.cap_advice_for_runs``)."""
         return self._ranked
 
+    def gate_runs(self, source: str, with_findings: bool = False) -> list[GateRun]:
+        """The runs as ``ddpprof gate`` checks them (``gate.runs_of``: each run's figures in
+        the analyze document), with the findings of :meth:`findings` when
+        ``with_findings``; ``source`` names them in its errors."""
+        found = list(self.findings().findings) if with_findings else None
+        return runs_of(to_json_document(self.analysis, found), source)
+
     @cached_property
     def _ranked(self) -> FindingsResult:
         runs = list(self.analysis.runs)
@@ -123,12 +132,16 @@ class Job:
     and caches. ``run`` is the typed analysis (``analysis.results.RunResult``) they read."""
 
     def __init__(self, run: RunResult, options: AnalysisOptions,
-                 sources: tuple[Location, ...], peers: tuple[RunResult, ...] = ()) -> None:
+                 sources: tuple[Location, ...], peers: tuple[RunResult, ...] = (),
+                 path: Path | None = None) -> None:
         """``sources``: the paths analyzed, read again only for the step graphs when
         ``options`` did not ask for them; ``peers``: the runs analyzed with this one, whose
-        collectives the bucket-cap advice may pool a cost model over (``analyze`` does)."""
+        collectives the bucket-cap advice may pool a cost model over (``analyze`` does);
+        ``path``: the one path that holds just this run, as given (what :meth:`simulate`
+        names the run by and finds a calibration beside; else its folder)."""
         self.run = run
         self.options = options
+        self.path = path
         self._sources = sources
         self._peers = peers or (run,)
 
@@ -276,21 +289,36 @@ class Job:
         return OverlapTaxResult(self.name, tuple(tax.rows), tax.pct("compute"),
                                 tax.pct("communication"))
 
-    def critical_path(self) -> CriticalPathResult:
-        """Each analyzed step's critical path across ranks (``graph.summary.run_paths``).
-        Without ``step_graphs`` at :meth:`load`, the traces are read again (once) for the
-        graphs."""
-        return self._critical_path
+    def critical_path(self, edits: Sequence[Sequence[Edit]] = ()) -> CriticalPathResult:
+        """Each analyzed step's critical path across ranks (``graph.summary.run_paths``), and
+        each what-if of ``edits`` (one list of ``graph.whatif.Edit`` per replay, as
+        ``ddpprof critical-path --faster gemm=20`` gives) replayed under the run's measured
+        overlap tax: cached without ``edits``, computed on each call with them. Without
+        ``step_graphs`` at :meth:`load`, the traces are read again (once) for the graphs."""
+        return self._paths(edits) if edits else self._critical_path
 
     @cached_property
     def _critical_path(self) -> CriticalPathResult:
+        return self._paths(())
+
+    def _paths(self, edits: Sequence[Sequence[Edit]]) -> CriticalPathResult:
         # the facade: an analyzer's machinery, loaded when first called
-        from .graph.summary import run_paths
+        from .graph.summary import measured_run_paths
 
         run = self._graph_run
-        steps, _, notes = run_paths(run.name, {r.rank: r.graph_steps or [] for r in run.ranks},
-                                    ())
-        return CriticalPathResult(self.name, tuple(steps), tuple(notes))
+        steps, graphs, notes, tax = measured_run_paths(
+            run.name, {r.rank: r.graph_steps or [] for r in run.ranks}, run.overlap_tax,
+            [list(chosen) for chosen in edits])
+        return CriticalPathResult(self.name, tuple(steps), tuple(notes), tuple(graphs), tax)
+
+    def profile(self) -> RunProfile | None:
+        """The run's steps cut into the parts :meth:`diff` compares, per step and rank
+        (``diff.profile.run_profile``); None when no rank has a step to cut."""
+        return self._profile
+
+    @cached_property
+    def _profile(self) -> RunProfile | None:
+        return run_profile(self.run)
 
     def findings(self) -> FindingsResult:
         """What to change, ranked (``ddpprof.advice``), with the simulator's bucket-cap
@@ -328,37 +356,43 @@ class Job:
         """Why ``other``'s step differs from this one's (``ddpprof diff``: this job before,
         ``other`` after), each part against the run-to-run noise."""
         # the facade: an analyzer's machinery, loaded when first called
-        from .analysis.profile import run_profile
         from .diff.compare import diff_pair
         from .diff.noise import DEFAULT_NOISE
 
-        before, after = run_profile(self.run), run_profile(other.run)
+        before, after = self.profile(), other.profile()
         if before is None or after is None:
             raise UsageError(f"{(other if before else self).name}: no step to compare")
         return DiffResult(diff_pair([before], [after], significance, DEFAULT_NOISE,
                                     (self.name, other.name)))
 
     def simulate(self, edits: Sequence[Edit] = (), bucket_caps_mib: Sequence[float] = (),
-                 world_sizes: Sequence[int] = ()) -> SimulationResult:
+                 world_sizes: Sequence[int] | None = (), *, costs: Costs | None = None,
+                 ready_order: bool = False, measured: dict[float, float] | None = None,
+                 shared_cores: int | None = None) -> SimulationResult:
         """The run's steps replayed (``ddpprof simulate``) at its own configuration, each
-        bucket cap and world size asked for, with ``edits`` (``graph.whatif.Edit``, as
-        ``--faster gemm=20`` parses to ``Edit("faster", "gemm", 20)``) applied to every
-        row. Without ``step_graphs`` at :meth:`load`, the traces are read again (once)."""
+        bucket cap and world size asked for (``world_sizes`` None: the run's own, 2, 4 and
+        8), with ``edits`` (``graph.whatif.Edit``, as ``--faster gemm=20`` parses to
+        ``Edit("faster", "gemm", 20)``) applied to every row; ``costs``, ``ready_order``,
+        ``measured`` (a sweep's step per cap, in ms) and ``shared_cores`` are ``simulate``'s
+        options (``simulate.run.simulate``). Without ``step_graphs`` at :meth:`load`, the
+        traces are read again (once)."""
         # the facade: an analyzer's machinery, loaded when first called
         from .graph.whatif import check_rank_edits
         from .simulate.run import simulate
         from .simulate.sources import Costs
 
-        folder = location_of(self.run.folder)
+        folder = self.path if self.path is not None else location_of(self.run.folder)
         if isinstance(folder, str):
             raise UsageError(f"{folder}: simulate replays local runs only")
         run = self._graph_run
         check_rank_edits(edits, (r.rank for r in run.ranks), f"run {self.name!r}")
-        found = simulate(folder, run, list(bucket_caps_mib), list(world_sizes), Costs(),
-                         edits=tuple(edits))
+        found = simulate(folder, run, list(bucket_caps_mib),
+                         list(world_sizes) if world_sizes is not None else None,
+                         costs if costs is not None else Costs(), ready_order, measured,
+                         tuple(edits), shared_cores=shared_cores)
         return SimulationResult(self.name, found.world_size, tuple(found.steps),
                                 tuple(found.edits), tuple(found.predictions),
-                                tuple(found.rows), tuple(found.notes))
+                                tuple(found.rows), tuple(found.notes), found)
 
     def gate(self, baseline: Job | str | Path, rules: Sequence[str] = (),
              tolerance: float = 0.0) -> GateResult:
@@ -378,16 +412,12 @@ class Job:
             key = before.key if baseline.run.manifest.config is not None else now[0].key
             paired = [replace(before, name=self.name, key=key)]
         else:
-            paired = gating.load_runs(Path(baseline), must_be_json=True)
+            paired = gating.load_runs(Path(baseline))
         return GateResult(tuple(gating.evaluate(parsed, now, paired, tolerance)))
 
     # --- what the analyzers share ------------------------------------------------------------
 
     def _gate_runs(self, with_findings: bool) -> list[GateRun]:
-        # the facade: an analyzer's machinery, loaded when first called
-        from .analysis import to_json_document
-        from .gate.rules import runs_of
-
         found = list(self.findings().findings) if with_findings else None
         return runs_of(to_json_document(Analysis([self.run], []), found), self.name)
 

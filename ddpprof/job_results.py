@@ -17,17 +17,21 @@ from .advice import Finding
 from .analysis.buckets import BucketRow
 from .analysis.group_rows import GroupRankRow, GroupRow
 from .analysis.results import RankResult
-from .diff.compare import PairDiff
 from .gate.rules import Verdict
-from .memory.estimate import RankComparison, StageEstimate
 from .metrics.tax import TaxRow
 from .simulate.results import Prediction, SimulateRow
 
 if TYPE_CHECKING:
     import pandas
 
-    # the graphs' machinery is imported where a replay is made, not by analyze
+    # types only: the graphs' machinery is imported where a replay is made, a diff and the
+    # memory model where a job makes one, none of them by analyze
+    from .diff.compare import PairDiff
+    from .graph.contended import Tax
+    from .graph.model import StepGraph
     from .graph.summary import StepPath
+    from .memory.estimate import RankComparison, StageEstimate
+    from .simulate.results import Simulation
 
 
 def frame(rows: Sequence[Any], row_type: type) -> pandas.DataFrame:
@@ -208,11 +212,15 @@ class OverlapTaxResult:
 
 @dataclass(frozen=True)
 class CriticalPathResult:
-    """Each analyzed step's critical path across ranks (``graph.summary.run_paths``)."""
+    """Each analyzed step's critical path across ranks (``graph.summary.run_paths``), the
+    graphs they were found on (``graphs``, in ``steps``' order) and the overlap tax the
+    what-ifs replay under (``tax``)."""
 
     run: str
     steps: tuple[StepPath, ...]
     notes: tuple[str, ...]
+    graphs: tuple[StepGraph, ...] = dataclasses.field(repr=False)
+    tax: Tax
 
     def to_pandas(self) -> pandas.DataFrame:
         """The path's split: one row per step, category and rank."""
@@ -301,6 +309,8 @@ class SimulationResult:
     predictions: tuple[Prediction, ...]
     rows: tuple[SimulateRow, ...]
     notes: tuple[str, ...]
+    #: the whole replay (cost model, overlap tax, measured points): what ``--json`` writes
+    simulation: Simulation = dataclasses.field(repr=False)
 
     def to_pandas(self) -> pandas.DataFrame:
         return frame(self.rows, SimulateRow)

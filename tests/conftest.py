@@ -33,10 +33,13 @@ def ddpprof_cli():
     return run_ddpprof
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``--dist loadgroup``, as scripts/test.sh runs it), the tests that
     share one of our fixtures wider than a test run on one worker, so that the fixture (a
-    recording, a cluster, an S3 server) is made once, not once per worker."""
+    recording, a cluster, an S3 server) is made once, not once per worker. tryfirst: xdist's
+    worker reads the groups in its own pytest_collection_modifyitems, which pluggy would
+    otherwise call first, finding none (then every worker made every such fixture)."""
     tests = REPO / "tests"
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
@@ -56,6 +59,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             group = group or item.module.__name__
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A grouped test whose group did not reach xdist's scheduler fails before its fixtures
+    are made: else each worker would make every shared fixture (minutes of recordings twice),
+    silently. xdist marks a grouped test by an ``@group`` suffix of its node id, which pytest
+    9.2 no longer keeps (setup.cfg holds pytest below it)."""
+    if (os.environ.get("PYTEST_XDIST_WORKER") and item.config.getoption("loadgroup", False)
+            and item.get_closest_marker("xdist_group") and "@" not in item.nodeid):
+        pytest.fail("--dist loadgroup lost this test's group (tests/conftest.py)",
+                    pytrace=False)
 
 
 SCHEDULE = ["--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2"]

@@ -60,11 +60,8 @@ LOCAL_IMPORTS = sorted([
     "ddpprof.render.table: rich.text",
     # the facade (ddpprof.Job): each analyzer loads its machinery when first called, so that
     # ``import ddpprof`` and ``analyze`` stay as light as before (tests/test_no_torch.py)
-    "ddpprof.job: ddpprof.analysis",
-    "ddpprof.job: ddpprof.analysis.profile",
     "ddpprof.job: ddpprof.diff.compare",
     "ddpprof.job: ddpprof.diff.noise",
-    "ddpprof.job: ddpprof.gate.rules",
     "ddpprof.job: ddpprof.gate.rules",
     "ddpprof.job: ddpprof.graph.summary",
     "ddpprof.job: ddpprof.graph.whatif",
@@ -93,9 +90,10 @@ LAYERS = [
     {"analysis", "record", "memory"},           # per-rank results; launching runs; ZeRO bytes
     {"diff", "simulate", "bench", "sweep"},     # features over analyses and recordings
     {"advice"},                                 # findings, told by the critical path and replays
-    {"hang", "report"},                         # hang diagnosis; the HTML and terminal reports
+    {"hang"},                                   # hang diagnosis
     {"gate"},                                   # CI rules over analyze documents
     {"job_results"}, {"job"},                   # the facade
+    {"report"},                                 # the HTML and terminal reports: its clients
     {"ddpprof", "commands"}, {"cli"},           # the package, each command, the dispatcher
 ]
 

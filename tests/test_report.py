@@ -10,6 +10,7 @@ import pytest
 from trace_builders import span, step, write_trace
 
 from ddpprof.analysis import AnalysisOptions, analyze_paths
+from ddpprof.job import JobSet
 from ddpprof.report.html import TABLE_COLUMNS, render_report
 from ddpprof.variants import VARIANTS_IN_ALL
 
@@ -31,7 +32,7 @@ def two_runs(root: Path) -> Path:
 
 def test_report_is_one_offline_file(tmp_path):
     analysis = analyze_paths([two_runs(tmp_path / "runs")], TIMELINE)
-    page = render_report(analysis, "t")
+    page = render_report(JobSet(analysis, TIMELINE, ()), "t")
     # plotly.js (its basic bundle) inlined exactly once
     assert len(re.findall(r"plotly\.js \(basic - minified\) v\d", page)) == 1
     assert not re.search(r"<script[^>]+src=|<link[^>]+href=\"?https?:", page)  # nothing fetched
@@ -108,7 +109,8 @@ def test_per_rank_view_shows_wait_and_transfer(tmp_path):
             step(0, 0, 100), step(1, 100, 200),
             span("gloo:all_reduce", 20 + late, 50, cat="user_annotation", tid=2,
                  **{"Input Dims": [[10]], "Input type": ["float"]})], rank=rank)
-    page = render_report(analyze_paths([tmp_path / "skew"], TIMELINE), "skew")
+    page = render_report(JobSet(analyze_paths([tmp_path / "skew"], TIMELINE), TIMELINE, ()),
+                         "skew")
     table = page[page.index('<table class="per-rank">'):]
     table = table[:table.index("</table>")]
     # rank 0 waits 10 µs of its 30 (0.01 ms), rank 1 caused it and is marked

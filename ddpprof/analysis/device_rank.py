@@ -13,7 +13,9 @@ from ..core.errors import TraceError
 from ..metrics import intervals as iv
 from ..metrics.breakdown import (
     Breakdown,
+    DeviceSets,
     device_breakdown,
+    device_sets,
     hta_device_breakdown,
     hta_sort_dtype,
 )
@@ -43,9 +45,11 @@ from .results import HostSignals, RankResult, StepRow, Timeline
 
 class DeviceAnalysis:
     def __init__(self, trace: RankTrace, stream: np.ndarray, last_step: LastStep,
-                 analyzed: np.ndarray, options: AnalysisOptions) -> None:
+                 steps: np.ndarray, analyzed: np.ndarray, options: AnalysisOptions) -> None:
+        """``steps``: the trace's host ProfilerSteps (``classify.profiler_steps``),
+        ``analyzed``: those ``last_step`` keeps."""
         self.trace, self.stream, self.last_step = trace, stream, last_step
-        self.analyzed, self.options = analyzed, options
+        self.steps, self.analyzed, self.options = steps, analyzed, options
         self.notes: list[str] = []
         self.start, self.end = event_times(trace, options.hta_compat)
         classifier = classify.KernelClassifier(options.comm_kernels, options.hta_compat)
@@ -53,7 +57,8 @@ class DeviceAnalysis:
         self.selected, self.host_kept = self._select()
         self.structural = StructuralComm(np.zeros(trace.n_events, dtype=bool))
         if options.structural_comm and not options.hta_compat:
-            self.structural = structural_comm(trace, stream, self.kinds, self.selected)
+            self.structural = structural_comm(trace, stream, self.kinds, self.selected,
+                                              self._launcher)
             self.kinds[self.structural.mask] = Kind.COMMUNICATION
         self.order = self._hta_row_order()
 
@@ -83,7 +88,7 @@ class DeviceAnalysis:
             step_spans = host & classify.is_step_span(trace)
         else:
             step_spans = np.zeros(trace.n_events, dtype=bool)
-            step_spans[classify.profiler_steps(trace, stream)[0]] = True
+            step_spans[self.steps] = True
         if not step_spans.any():   # steps named by device events only: no host step to cut at
             return classify.on_device(stream), np.ones(trace.n_events, dtype=bool)
         if self.last_step == LastStep.DROPPED:
@@ -120,7 +125,11 @@ class DeviceAnalysis:
             raise nothing_to_measure(trace)
         host_comm_events = self._host_collectives()
         host_comm = iv.union(trace.start_us[host_comm_events], trace.end_us[host_comm_events])
-        breakdown = self._breakdown_of(sel, host_comm)
+        # the breakdown's interval sets, measured once: the host signals and the compute
+        # beside the collectives are of the same events (not --hta-compat's arithmetic)
+        sets = None if self.options.hta_compat else self._sets_of_rows(
+            self.order[sel[self.order]], host_comm)
+        breakdown = sets.breakdown() if sets is not None else self._breakdown_of(sel, host_comm)
         if breakdown.window_us <= 0:
             raise TraceError(trace.path, "nothing in the analyzed window (the analyzed device "
                                          "events take no time)")
@@ -137,7 +146,8 @@ class DeviceAnalysis:
                                 self.kinds, self._launch_times, self._launch_positions,
                                 self.analyzed, calls)
             is_compute = sel & (self.kinds == Kind.COMPUTE)
-            compute = iv.union(self.start[is_compute], self.end[is_compute])
+            compute = sets.compute if sets is not None else iv.union(
+                self.start[is_compute], self.end[is_compute])
             if note := self.structural.note(trace, self.start, self.end):
                 self.notes.append(note)
             self._note_classification(sel, host_comm_events)
@@ -153,17 +163,20 @@ class DeviceAnalysis:
                     calls, compute), process_groups=group_figures(calls, compute), calls=calls,
                 per_step=self._per_step(),
                 timeline=self._timeline(compute) if self.options.timeline else None,
-                buckets=self._buckets(), host=self._host_signals(sel, host_comm),
+                buckets=self._buckets(), host=self._host_signals(sel, host_comm, sets),
                 notes=self.notes, tax_samples=samples, parts=parts.result())
 
-    def _host_signals(self, sel: np.ndarray, host_comm: iv.Intervals) -> HostSignals:
+    def _host_signals(self, sel: np.ndarray, host_comm: iv.Intervals,
+                      sets: DeviceSets | None) -> HostSignals:
         """Device idle time during which host ops or launch calls ran (the CPU could not keep
-        the device fed), and time in the data loader, both inside the window."""
+        the device fed), and time in the data loader, both inside the window (``sets``: the
+        breakdown's, where it made them)."""
         trace = self.trace
-        busy = iv.merge(iv.union(self.start[sel], self.end[sel]), host_comm)
-        starts = np.concatenate([self.start[sel], host_comm[0]])
-        ends = np.concatenate([self.end[sel], host_comm[1]])
-        window = (np.array([starts.min()]), np.array([ends.max()]))   # as the breakdown's
+        if sets is None:        # --hta-compat: its breakdown is HTA's arithmetic, not sets
+            sets = self._sets_of_rows(np.flatnonzero(sel), host_comm)
+            assert sets is not None     # result() has made sure of some event
+        busy = sets.busy
+        window = (np.array([sets.first_us]), np.array([sets.last_us]))   # as the breakdown's
         idle = iv.subtract(window, busy)
         issuing = (self.stream < 0) & classify.per_category(
             trace, lambda c: c in classify.HOST_ISSUE_CATEGORIES) & ~classify.is_step_span(trace)
@@ -208,8 +221,9 @@ class DeviceAnalysis:
                 self.notes.append(f"{int(widened.sum())} kernels ({time_ms:.2f} ms) that HTA "
                                   "counts as compute are communication here (see "
                                   "COMM_KERNEL_PATTERNS); --hta-compat counts them as HTA does")
-        names = {trace.names[i] for i in np.unique(trace.name_id[sel & (
-            self.kinds != Kind.COMMUNICATION)])}
+        # the names present, counted rather than sorted (an event per name is enough)
+        names = {trace.names[i] for i in np.flatnonzero(np.bincount(trace.name_id[sel & (
+            self.kinds != Kind.COMMUNICATION)], minlength=len(trace.names))).tolist()}
         suspected = classify.suspected_comm(names)
         if suspected:
             libraries = sorted(set(suspected.values()))
@@ -220,8 +234,13 @@ class DeviceAnalysis:
                 "--comm-kernel REGEX to count them as communication")
 
     @functools.cached_property
+    def _launcher(self) -> np.ndarray:
+        """Each event's launching host event (``structure.launching_host_event``), else -1."""
+        return launching_host_event(self.trace, self.stream)
+
+    @functools.cached_property
     def _launch_times(self) -> np.ndarray:
-        return launch_times(self.trace, self.stream, self.start)
+        return launch_times(self.stream, self.start, self._launcher)
 
     @functools.cached_property
     def _launch_positions(self) -> np.ndarray:
@@ -278,7 +297,7 @@ class DeviceAnalysis:
         ProfilerSteps, if any: how they compare with where each step began on the device."""
         trace, stream = self.trace, self.stream
         device = classify.device_kernels(trace, stream)
-        launched = launching_host_event(trace, stream) >= 0
+        launched = self._launcher >= 0
         unlaunched = device & ~launched & ~classify.per_name(
             trace, lambda n: n in classify.GPU_SYNC_NAMES)
         if unlaunched.any() and launched.any() and self.last_step.filters:
@@ -310,6 +329,10 @@ class DeviceAnalysis:
     def _breakdown_of(self, mask: np.ndarray, host_comm: iv.Intervals = iv.EMPTY) -> Breakdown:
         """The breakdown of the events in ``mask`` (taken in HTA's row order)."""
         return self._breakdown_of_rows(self.order[mask[self.order]], host_comm)
+
+    def _sets_of_rows(self, rows: np.ndarray, host_comm: iv.Intervals) -> DeviceSets | None:
+        return device_sets(self.start[rows], self.end[rows], self.kinds[rows] == Kind.COMPUTE,
+                           self.kinds[rows] == Kind.COMMUNICATION, host_comm)
 
     def _breakdown_of_rows(self, rows: np.ndarray, host_comm: iv.Intervals = iv.EMPTY
                            ) -> Breakdown:

@@ -28,7 +28,7 @@ def analyze_rank(trace: RankTrace, rank: int, last_step: LastStep,
     steps, _ = classify.profiler_steps(trace, stream)
     analyzed = last_step.analyzed(steps)
     if classify.is_gpu_trace(stream):
-        result = DeviceAnalysis(trace, stream, last_step, analyzed, options).result(rank)
+        result = DeviceAnalysis(trace, stream, last_step, steps, analyzed, options).result(rank)
     else:
         result = HostAnalysis(trace, stream, last_step, analyzed, options).result(rank)
     result.total_steps = int(steps.size)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -21,6 +21,9 @@ from ..run.manifest import MemoryRow
 from .group_rows import group_rows, rank_group_rows
 from .profile import profile_json, run_profile
 from .results import Analysis, RankResult, RunProblem, RunResult, StepRow
+
+if TYPE_CHECKING:
+    from ..graph.summary import CriticalPathSection
 
 #: 6: ``profile.config.bucket_cap_mib`` (run.json's field, ``bucket_cap_mb`` before);
 #: 5: metrics named as everywhere else (``exposed_comm_pct``, was ``comm_overhead_pct``;
@@ -280,10 +283,11 @@ class Serializable(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-def to_json_document(analysis: Analysis, findings: Sequence[Serializable] | None = None
-                     ) -> dict[str, Any]:
-    """The stable ``--json`` schema (the gate's input); ``findings`` are
-    ``ddpprof.advice.Finding``s."""
+def to_json_document(analysis: Analysis, findings: Sequence[Serializable] | None = None,
+                     critical_path: CriticalPathSection | None = None) -> dict[str, Any]:
+    """The stable ``--json`` schema (the gate's input), built once, whole; ``findings`` are
+    ``ddpprof.advice.Finding``s, ``critical_path`` the steps' paths of ``analyze
+    --critical-path`` (its section, after the others)."""
     runs = []
     for run in analysis.runs:
         profile = run_profile(run)
@@ -305,7 +309,9 @@ def to_json_document(analysis: Analysis, findings: Sequence[Serializable] | None
     return {"schema": "ddpprof.analyze", "version": SCHEMA_VERSION, "runs": runs,
             "findings": [f.to_dict() for f in findings or []],
             "unfinished": [_problem(p) for p in analysis.unfinished],
-            "errors": [_problem(p) for p in analysis.errors]}
+            "errors": [_problem(p) for p in analysis.errors],
+            **({"critical_path": msgspec.to_builtins(critical_path)}
+               if critical_path is not None else {})}
 
 
 @dataclass(frozen=True)

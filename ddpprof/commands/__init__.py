@@ -4,9 +4,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from ..core.errors import UsageError
+
+T = TypeVar("T")
 
 RECORD_EXTRA = "pip install 'ddpprof[record]'"
 
@@ -19,3 +24,15 @@ def require_record_extra(command: str) -> None:
     if missing:
         raise UsageError(f"{command} needs {' and '.join(missing)}, which the plain install "
                          f"leaves out: {RECORD_EXTRA}")
+
+
+def options_from(kind: type[T], parsed: Mapping[str, Any]) -> T:
+    """A command's options, ``kind`` (the frozen dataclass declared beside the command), from
+    the values click parsed, one field per option under the option's name; a list becomes a
+    tuple, so that the object holds nothing mutable. A value no field takes, or a field no
+    value gives, is a ``TypeError``: the grammar and the options object disagree."""
+    params = vars(kind).get("__dataclass_params__")   # what @dataclass(frozen=...) said
+    if not dataclasses.is_dataclass(kind) or params is None or not params.frozen:
+        raise TypeError(f"{kind.__name__}: a command's options are a frozen dataclass")
+    return kind(**{key: tuple(value) if isinstance(value, list) else value
+                   for key, value in parsed.items()})

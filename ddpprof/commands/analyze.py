@@ -3,8 +3,7 @@ the tables, the JSON document (the gate's input) and the HTML report."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,14 +20,28 @@ if TYPE_CHECKING:
     from .critical_path import AnalyzedPaths
 
 
-def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels: Sequence[str],
-            engine: str, keep_last_step: bool, jobs: int | None, scheduler: str | None,
-            outputs: Outputs, critical_path: bool = False, structural_comm: bool = True
-            ) -> Output:
-    options = analysis_options(keep_last_step, per_step, hta_compat, comm_kernels,
-                               structural_comm, engine, jobs, scheduler or None,
-                               step_graphs=critical_path, max_graph_steps=None)
-    locations = [location_of(path) for path in paths]
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """``ddpprof analyze``'s options, as parsed (``ddpprof.cli``)."""
+
+    paths: tuple[str, ...]
+    per_step: bool
+    hta_compat: bool
+    comm_kernels: tuple[str, ...]
+    structural_comm: bool
+    engine: str
+    keep_last_step: bool
+    critical_path: bool
+    jobs: int | None
+    scheduler: str | None
+
+
+def analyze(chosen: AnalyzeOptions, outputs: Outputs) -> Output:
+    options = analysis_options(chosen.keep_last_step, chosen.per_step, chosen.hta_compat,
+                               chosen.comm_kernels, chosen.structural_comm, chosen.engine,
+                               chosen.jobs, chosen.scheduler or None,
+                               step_graphs=chosen.critical_path, max_graph_steps=None)
+    locations = [location_of(path) for path in chosen.paths]
     page_name = report_name(locations[0]) if len(locations) == 1 else "report"
     outputs.check(page_name)
     options = replace(options, timeline=outputs.page(page_name) is not None)
@@ -47,22 +60,24 @@ def analyze(paths: Sequence[str], per_step: bool, hta_compat: bool, comm_kernels
     if options.per_step:
         tables.append(console.step_table(analysis))
     critical: AnalyzedPaths | None = None
-    if critical_path:
+    if chosen.critical_path:
         # the replay machinery: off analyze's start (tests/test_no_torch.py)
         from .critical_path import AnalyzedPaths
 
-        critical = AnalyzedPaths.of(analysis)
+        critical = AnalyzedPaths.of(found)
         advice = critical.told(advice)
-    document = to_json_document(analysis, advice)
+    document = to_json_document(analysis, advice,
+                                critical.section if critical is not None else None)
     sections = [*console.tax_section(analysis), *console.findings_section(advice)]
-    if critical is not None:
-        critical.add_to(document, tables, sections)
+    if critical is not None and critical.steps:
+        tables.append(critical.table())
+        sections.insert(0, critical.summary())
     errors = [error.error for error in analysis.errors]
     if not errors and analysis.unfinished and not analysis.runs:
         errors.append("no run finished recording")
 
     def page() -> str:
-        return render_report(analysis, f"ddpprof: {page_name}", advice,
+        return render_report(found, f"ddpprof: {page_name}", advice,
                              critical.figures() if critical is not None else ())
 
     return Output(document, tables if analysis.runs else [],

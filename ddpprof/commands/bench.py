@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +20,26 @@ if TYPE_CHECKING:
     from ..bench.scaling import BenchRow
 
 
-def bench(models: list[str], variants: list[str], nprocs: list[int], repeats: int,
-          steps: int, global_batch: int, backend: str, warmup_steps: int, overhead: bool,
-          out: Path, outputs: Outputs) -> Output:
+@dataclass(frozen=True)
+class BenchOptions:
+    """``ddpprof bench``'s options, as parsed (``ddpprof.cli``)."""
+
+    models: tuple[str, ...]
+    variants: tuple[str, ...]
+    nprocs: tuple[int, ...]
+    repeats: int
+    steps: int
+    global_batch: int
+    backend: str
+    warmup_steps: int
+    overhead: bool
+    out: Path
+
+
+def bench(chosen: BenchOptions, outputs: Outputs) -> Output:
+    models, variants, nprocs = list(chosen.models), list(chosen.variants), list(chosen.nprocs)
+    repeats, warmup_steps, out = chosen.repeats, chosen.warmup_steps, chosen.out
+    steps, global_batch, backend = chosen.steps, chosen.global_batch, chosen.backend
     require_record_extra("bench")
     benching.check_variants(variants)
     outputs.check("bench", runs_under=[out])
@@ -31,7 +48,8 @@ def bench(models: list[str], variants: list[str], nprocs: list[int], repeats: in
                                          profile=False), out=out, quiet=outputs.quiet)
     for model in models:  # every configuration is checked before the first run
         validate(Recording(variants, base.config.replace(model=model), out=out))
-    rows = benching.bench(models, variants, nprocs, base, repeats, warmup_steps, overhead)
+    rows = benching.bench(models, variants, nprocs, base, repeats, warmup_steps,
+                          chosen.overhead)
     document = benching.BenchDocument(repeats, warmup_steps, global_batch, steps, rows)
     shown, notes = checked_speedups(rows)
     table = Table(benching.COLUMNS, shown)

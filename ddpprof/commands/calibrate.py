@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import RunFailed, UsageError
@@ -12,10 +13,28 @@ from ..simulate import calibrate as calibration
 from . import require_record_extra
 
 
-def calibrate(backend: str, nprocs: list[int], nnodes: int, node_rank: int,
-              rdzv_endpoint: str | None, timeout_s: float, min_bytes: int, max_bytes: int,
-              step_factor: float, warmup_iters: int, iters: int, out: Path,
-              outputs: Outputs, tax_from: Path | None = None) -> Output:
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """``ddpprof calibrate``'s options, as parsed (``ddpprof.cli``)."""
+
+    backend: str
+    nprocs: tuple[int, ...]
+    nnodes: int
+    node_rank: int
+    rdzv_endpoint: str | None
+    timeout_s: float
+    min_bytes: int
+    max_bytes: int
+    step_factor: float
+    warmup_iters: int
+    iters: int
+    tax_from: Path | None
+    out: Path
+
+
+def calibrate(chosen: CalibrateOptions, outputs: Outputs) -> Output:
+    nprocs, node_rank, out, tax_from = (chosen.nprocs, chosen.node_rank, chosen.out,
+                                        chosen.tax_from)
     require_record_extra("calibrate")
 
     if len(nprocs) != 1:
@@ -23,10 +42,11 @@ def calibrate(backend: str, nprocs: list[int], nnodes: int, node_rank: int,
     outputs.check("calibration", folders=[out])
     tax = calibration.tax_from(tax_from) if tax_from is not None else None
     sweep = calibration.Sweep(
-        backend=backend, nproc=nprocs[0], nnodes=nnodes, node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint, timeout_s=timeout_s,
-        sizes_bytes=calibration.sweep_sizes(min_bytes, max_bytes, step_factor),
-        warmup_iters=warmup_iters, iters=iters)
+        backend=chosen.backend, nproc=nprocs[0], nnodes=chosen.nnodes, node_rank=node_rank,
+        rdzv_endpoint=chosen.rdzv_endpoint, timeout_s=chosen.timeout_s,
+        sizes_bytes=calibration.sweep_sizes(chosen.min_bytes, chosen.max_bytes,
+                                            chosen.step_factor),
+        warmup_iters=chosen.warmup_iters, iters=chosen.iters)
     result = calibration.calibrate(sweep, out, outputs.quiet, tax)
     target = out / calibration.CALIBRATION_NAME
     if not result.points:  # another node's launcher: node 0 writes the file

@@ -1,21 +1,24 @@
 """``ddpprof diff``: why one run's step is slower (or faster) than another's: the change split
 into parts that add up to it, each against the noise, what moved inside them, and the
-configuration's differences (``ddpprof.diff``)."""
+configuration's differences (``ddpprof.diff``); traces are analyzed through ``JobSet``, each
+run's parts read with ``Job.profile``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
-from ..analysis import AnalysisOptions, analyze_paths
-from ..analysis.profile import RunProfile, run_profile
+from ..analysis import AnalysisOptions
+from ..analysis.profile import RunProfile
 from ..core import progress
 from ..core.errors import UsageError
 from ..core.storage import Location, location_of, name
 from ..diff.compare import PairDiff, diff_pair
 from ..diff.inputs import load_side, pair
 from ..diff.noise import DEFAULT_NOISE, RunNoise
+from ..job import JobSet
 from ..render.output import Output, Outputs
 from ..report import diff as report
 
@@ -34,17 +37,29 @@ class DiffDocument(msgspec.Struct, kw_only=True):
     version: int = 2
 
 
-def diff(before: str, after: str, significance: float, keep_last_step: bool,
-         run_noise_pct: float | None, outputs: Outputs) -> Output:
+@dataclass(frozen=True)
+class DiffOptions:
+    """``ddpprof diff``'s options, as parsed (``ddpprof.cli``)."""
+
+    before: str
+    after: str
+    significance: float
+    keep_last_step: bool
+    run_noise_pct: float | None
+
+
+def diff(chosen: DiffOptions, outputs: Outputs) -> Output:
+    before, after, significance = chosen.before, chosen.after, chosen.significance
     page_name = f"diff-{name(location_of(before))}-{name(location_of(after))}"
     inputs = [Path(p) for p in (before, after) if not isinstance(location_of(p), str)]
     outputs.check(page_name, files=inputs, what="an input of the diff")
     notes: list[str] = []
-    options = AnalysisOptions(keep_last_step=keep_last_step)
+    options = AnalysisOptions(keep_last_step=chosen.keep_last_step)
 
     def analyze(locations: list[Location]) -> list[RunProfile]:
         with progress.ranks(outputs.quiet) as (on_run, on_rank):
-            analysis = analyze_paths(locations, options, on_run=on_run, on_rank=on_rank)
+            found = JobSet.analyze(locations, options, on_run=on_run, on_rank=on_rank)
+        analysis = found.analysis
         if analysis.errors:
             raise UsageError(analysis.errors[0].error)
         if not analysis.runs:
@@ -56,7 +71,7 @@ def diff(before: str, after: str, significance: float, keep_last_step: bool,
         notes.extend(f"{run.name}: {note}" for run in analysis.runs for note in run.notes)
         notes.extend(f"{problem.run}: left out, {problem.error}" for problem in
                      analysis.unfinished)
-        return [p for p in map(run_profile, analysis.runs) if p is not None]
+        return [p for p in (job.profile() for job in found) if p is not None]
 
     paired = pair(load_side(before, analyze), load_side(after, analyze))
 
@@ -65,7 +80,7 @@ def diff(before: str, after: str, significance: float, keep_last_step: bool,
             return before, after
         return f"{before}: {a[0].run}", f"{after}: {b[0].run}"
 
-    noise = DEFAULT_NOISE.scaled(run_noise_pct)
+    noise = DEFAULT_NOISE.scaled(chosen.run_noise_pct)
     pairs = [diff_pair(a, b, significance, noise, names(a, b)) for a, b in paired]
     notes = list(dict.fromkeys(notes))
     document = DiffDocument(before=before, after=after, significance=significance,

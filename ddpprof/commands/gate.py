@@ -1,19 +1,23 @@
 """``ddpprof gate``: every rule on every run matched with the baseline; exit 1 on a FAIL, with
-the largest contributors of ``ddpprof diff`` between the failing run and its baseline."""
+the largest contributors of ``ddpprof diff`` between the failing run and its baseline. A trace
+folder is analyzed through ``JobSet`` (its runs as the gate reads them: ``JobSet.gate_runs``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..analysis import AnalysisOptions
 from ..core import progress
 from ..core.errors import UsageError
 from ..diff.compare import diff_pair
 from ..diff.explain import contributors
 from ..diff.noise import DEFAULT_NOISE, RunNoise
 from ..gate import rules as gating
+from ..job import JobSet
 from ..render.output import Output, Outputs, Section
 from ..render.table import Table, format_cell
+from ..report.console import note_lines
 
 
 @dataclass(frozen=True)
@@ -62,18 +66,45 @@ def explain(verdicts: list[gating.Verdict], pairs: list[tuple[gating.GateRun, ga
     return found
 
 
-def gate(current: Path, baseline: Path, rules: list[str], tolerance: float, aggregate: str,
-         significance: float | None, run_noise_pct: float | None, outputs: Outputs) -> Output:
+@dataclass(frozen=True)
+class GateOptions:
+    """``ddpprof gate``'s options, as parsed (``ddpprof.cli``)."""
+
+    current: Path
+    baseline: Path
+    rules: tuple[str, ...]
+    tolerance: float
+    aggregate: str
+    significance: float | None
+    run_noise_pct: float | None
+
+
+def current_runs(current: Path, with_findings: bool, notes: list[str]) -> list[gating.GateRun]:
+    """The runs of an ``analyze --json`` file, or of a trace folder analyzed now (through
+    ``JobSet``: its notes, such as files skipped, added to ``notes``; with ``with_findings``,
+    its findings drawn as ``analyze`` draws them)."""
+    if current.is_file():
+        return gating.load_runs(current)
+    found = JobSet.analyze([current], AnalysisOptions(replay_graphs=with_findings))
+    if found.analysis.errors:
+        raise UsageError(found.analysis.errors[0].error)
+    notes += note_lines(found.analysis)
+    return found.gate_runs(str(current), with_findings)
+
+
+def gate(chosen: GateOptions, outputs: Outputs) -> Output:
+    current, baseline, aggregate = chosen.current, chosen.baseline, chosen.aggregate
+    tolerance, significance = chosen.tolerance, chosen.significance
     outputs.check("gate", files=[current, baseline], what="an input of the gate")
-    parsed = [gating.parse_rule(text) for text in rules or (gating.DEFAULT_RULE,)]
+    parsed = [gating.parse_rule(text) for text in chosen.rules or (gating.DEFAULT_RULE,)]
     notes: list[str] = gating.deprecated_names(parsed)
     with progress.working(outputs.quiet or current.is_file(), f"analyzing {current}"):
-        now = gating.load_runs(current, notes=notes, with_findings=any(
-            r.metric.startswith("findings") for r in parsed))
-    before = gating.load_runs(baseline, must_be_json=True)
+        now = current_runs(current, any(r.metric.startswith("findings") for r in parsed),
+                           notes)
+    before = gating.load_runs(baseline)
     if aggregate == "median":
         now, before = gating.aggregate(now), gating.aggregate(before)
-    noise = DEFAULT_NOISE.scaled(run_noise_pct)
+    noise = DEFAULT_NOISE.scaled(chosen.run_noise_pct)
     try:
         verdicts = gating.evaluate(parsed, now, before, tolerance, significance, noise)
     except UsageError as error:    # which runs or metrics do not match: name the baseline

@@ -4,6 +4,7 @@ the code; exit 0 with a diagnosis, 1 when the dumps show no hang (or the run com
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import progress
@@ -14,7 +15,15 @@ from ..render.output import Output, Outputs
 from ..run.manifest import read_run_manifest
 
 
-def hang(path: Path, outputs: Outputs) -> Output:
+@dataclass(frozen=True)
+class HangOptions:
+    """``ddpprof hang``'s options, as parsed (``ddpprof.cli``)."""
+
+    path: Path
+
+
+def hang(chosen: HangOptions, outputs: Outputs) -> Output:
+    path = chosen.path
     completed = _completed_without_dumps(path)
     if completed is not None:
         outputs.check("hang")

@@ -1,8 +1,11 @@
 """``ddpprof memory``: bytes per rank under DDP and ZeRO for models and world sizes, or a
-recorded run's measurements beside the estimate (``ddpprof.memory``)."""
+recorded run's measurements beside the estimate (``ddpprof.memory``). Not a client of
+``ddpprof.Job``: an estimate analyzes no job, and a run's measurements are read from its
+run.json alone, where loading a Job would analyze its traces first."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import progress
@@ -13,9 +16,21 @@ from ..run.discover import run_files
 from . import require_record_extra
 
 
-def memory(run_paths: list[Path], models: list[str], model_path: Path | None,
-           world_sizes: list[int], precisions: list[str], optimizers: list[str],
-           outputs: Outputs) -> Output:
+@dataclass(frozen=True)
+class MemoryOptions:
+    """``ddpprof memory``'s options, as parsed (``ddpprof.cli``)."""
+
+    run_paths: tuple[Path, ...]
+    models: tuple[str, ...]
+    model_path: Path | None
+    world_sizes: tuple[int, ...]
+    precisions: tuple[str, ...]
+    optimizers: tuple[str, ...]
+
+
+def memory(chosen: MemoryOptions, outputs: Outputs) -> Output:
+    run_paths, models, model_path = list(chosen.run_paths), chosen.models, chosen.model_path
+    world_sizes, precisions, optimizers = chosen.world_sizes, chosen.precisions, chosen.optimizers
     outputs.check("memory")
     if run_paths:
         if models or model_path or world_sizes or precisions or optimizers:

@@ -3,7 +3,7 @@ torchrun (``ddpprof.record.launcher``; folder names in ``ddpprof.record.grid``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,15 +67,31 @@ def row(outcome: RunOutcome) -> RecordRow:
         else None, folder=str(outcome.run_dir), error=outcome.error)
 
 
-def record(variants: list[str], models: list[str], nprocs: list[int], bucket_caps_mib: list[float],
-           out: Path, name: str | None, outputs: Outputs, faults: Sequence[FaultSpec] = (),
-           **fields: Any) -> Output:
+@dataclass(frozen=True)
+class RecordOptions:
+    """``ddpprof record``'s options, as parsed (``ddpprof.cli``); ``config``: the run
+    configuration's own options (``record.config.record_option_fields``), by field."""
+
+    variants: tuple[str, ...]
+    models: tuple[str, ...]
+    nprocs: tuple[int, ...]
+    bucket_caps_mib: tuple[float, ...]
+    out: Path
+    name: str | None
+    faults: tuple[FaultSpec, ...]
+    config: Mapping[str, Any]
+
+
+def record(chosen: RecordOptions, outputs: Outputs) -> Output:
     require_record_extra("record")
 
-    base = RunConfig(**fields)
-    recording = Recording(variants, base, out, name, outputs.quiet,
-                          configs=tuple(grid.configs(base, models, nprocs, bucket_caps_mib)),
-                          faults=tuple(faults))
+    out = chosen.out
+    base = RunConfig(**chosen.config)
+    recording = Recording(list(chosen.variants), base, out, chosen.name, outputs.quiet,
+                          configs=tuple(grid.configs(base, list(chosen.models),
+                                                     list(chosen.nprocs),
+                                                     list(chosen.bucket_caps_mib))),
+                          faults=chosen.faults)
     outputs.check("record", folders=[*recording.targets(),
                                      *(recording.run_dir(r.label) for r in recording.runs())])
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..record import grid
@@ -14,15 +15,32 @@ from ..sweep import bucket_caps as sweeping
 from . import require_record_extra
 
 
-def sweep(variants: list[str], bucket_caps_mib: list[float], models: list[str], nprocs: list[int],
-          steps: int, global_batch: int, backend: str, out: Path, outputs: Outputs) -> Output:
+@dataclass(frozen=True)
+class SweepOptions:
+    """``ddpprof sweep``'s options, as parsed (``ddpprof.cli``)."""
+
+    variants: tuple[str, ...]
+    bucket_caps_mib: tuple[float, ...]
+    models: tuple[str, ...]
+    nprocs: tuple[int, ...]
+    steps: int
+    global_batch: int
+    backend: str
+    out: Path
+
+
+def sweep(chosen: SweepOptions, outputs: Outputs) -> Output:
+    variants, models, nprocs = list(chosen.variants), list(chosen.models), list(chosen.nprocs)
+    steps, global_batch, backend, out = (chosen.steps, chosen.global_batch, chosen.backend,
+                                         chosen.out)
     require_record_extra("sweep")
     sweeping.check_variants(variants)
     outputs.check("sweep", runs_under=[out])
     base_config = RunConfig(model=models[0], nproc=nprocs[0], steps=steps,
                             global_batch=global_batch, backend=backend)
     base = Recording(variants, base_config, out=out, quiet=outputs.quiet,
-                     configs=tuple(grid.configs(base_config, models, nprocs, bucket_caps_mib)))
+                     configs=tuple(grid.configs(base_config, models, nprocs,
+                                                    list(chosen.bucket_caps_mib))))
     rows = sweeping.sweep(base)
     document = sweeping.SweepDocument(models, nprocs, global_batch, rows)
     table = Table(sweeping.COLUMNS, rows)

@@ -36,9 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..advice import findings
-from ..advice.bucket_cap import cap_advice_for_runs
-from ..analysis import AnalysisOptions, analyze_paths, to_json_document
 from ..analysis.document import analyzed_runs
 from ..analysis.profile import profile_of_row
 from ..core.errors import UsageError
@@ -47,7 +44,6 @@ from ..core.numbers import ascii_whole
 from ..diff.noise import DEFAULT_NOISE
 from ..metrics.registry import RENAMED, suggestion
 from ..render.table import Column, ranks_text
-from ..report.console import note_lines
 from ..run.config_key import ConfigKey
 from .noise import margin_of
 
@@ -191,29 +187,16 @@ class GateRun:
         return [p for p in found if p is not None]
 
 
-def load_runs(path: Path, must_be_json: bool = False, notes: list[str] | None = None,
-              with_findings: bool = False) -> list[GateRun]:
-    """The runs of an analyze --json file, or of a trace folder analyzed now (its notes, such
-    as files skipped, added to ``notes``; with ``with_findings``, its findings drawn as
-    ``analyze`` draws them); every problem with them is a ``UsageError`` naming the file, the
-    run and the field."""
-    if path.is_file() or must_be_json:
-        data = read_json_bytes(path)
-        try:
-            document = json.loads(data)  # json, not msgspec: NaN must be named
-        except (ValueError, RecursionError) as error:
-            raise UsageError(f"{path}: not JSON ({error})") from None
-        return runs_of(document, str(path))
-
-    analysis = analyze_paths([path], AnalysisOptions(replay_graphs=with_findings))
-    if analysis.errors:
-        raise UsageError(analysis.errors[0].error)
-    if notes is not None:
-        notes += note_lines(analysis)
-    found = None
-    if with_findings:
-        found = findings(analysis.runs, cap_advice_for_runs(analysis.runs))
-    return runs_of(to_json_document(analysis, found), str(path))
+def load_runs(path: Path) -> list[GateRun]:
+    """The runs of an analyze --json file (a trace folder is analyzed through
+    ``ddpprof.JobSet``: ``JobSet.gate_runs``); every problem with them is a ``UsageError``
+    naming the file, the run and the field."""
+    data = read_json_bytes(path)
+    try:
+        document = json.loads(data)  # json, not msgspec: NaN must be named
+    except (ValueError, RecursionError) as error:
+        raise UsageError(f"{path}: not JSON ({error})") from None
+    return runs_of(document, str(path))
 
 
 def runs_of(document: Any, source: str) -> list[GateRun]:

@@ -48,8 +48,9 @@ from ..trace import classify
 from ..trace.calls import call_args
 from ..trace.classify import KernelClassifier
 from ..trace.events import CommArgs, RankTrace
+from ..trace.loader import _collector_paused
 from . import model
-from .completions import issue_and_complete, stream_waits, thread_handoffs, untraced_waits
+from .completions import NodeView, issue_and_complete, stream_waits, thread_handoffs, untraced_waits
 from .lanes import Part, device_lanes, host_lanes, step_ends
 from .model import Collective, EdgeKind, Gradient, Node, StepGraph, recorded_graph
 from .prepared import Prepared, StepEvents, prepare
@@ -66,10 +67,11 @@ def _rank_part(p: Prepared, rank: int, events: StepEvents, lo: float, hi: float,
     host_lanes(p, part, events.host, lo, hi)
     device_lanes(p, part, events, lo)
     issue_and_complete(p, part, events.host)
-    untraced_waits(p, part)
+    view = NodeView.of(part.nodes)     # the nodes are final: only edges are added from here
+    untraced_waits(p, part, view)
     if p.gpu:
-        thread_handoffs(part)
-    unexplained = stream_waits(p, part)
+        thread_handoffs(part, view)
+    unexplained = stream_waits(p, part, view)
     step_ends(part, hi, step_lane)
     return part, unexplained
 
@@ -96,6 +98,9 @@ class RankStep:
     unlaunched: int = 0          # its communication kernels with no launch in the trace
 
 
+# (its nodes and edges are a few hundred thousand objects with no cycles: each collection
+# would walk them all, a fifth of the time)
+@_collector_paused()
 def rank_steps(trace: RankTrace, rank: int, keep_last_step: bool = False,
                classifier: KernelClassifier | None = None, at_most: int | None = None
                ) -> list[RankStep]:
@@ -201,7 +206,8 @@ def _join(step: str, origin: float, parts: list[RankStep], notes: list[str]) -> 
         offsets.append(len(nodes))
         at = offsets[-1]
         nodes.extend(member.part.nodes)
-        edges.extend((u + at, v + at, kind) for u, v, kind in member.part.edges)
+        edges.extend([(u + at, v + at, kind) for u, v, kind in member.part.edges] if at
+                     else member.part.edges)
         collectives += [msgspec.structs.replace(
             c, arrive=c.arrive + at, transfer=c.transfer + at, nodes=[k + at for k in c.nodes],
             issue=[k + at for k in c.issue]) for c in member.annotated]

@@ -6,6 +6,9 @@ in ``docs/critical-path.md``."""
 
 from __future__ import annotations
 
+import bisect
+from dataclasses import dataclass
+
 import numpy as np
 
 from .lanes import Part
@@ -97,28 +100,54 @@ def _split_blocking_issue(part: Part, issue: int, transfer: int) -> None:
     part.edges += [(issue, wait, EdgeKind.PROGRAM), (transfer, wait, EdgeKind.COMPLETE)]
 
 
-def untraced_waits(p: Prepared, part: Part) -> None:
+@dataclass(frozen=True)
+class NodeView:
+    """The nodes of a part as lists, read once where the nodes no longer change (after
+    :func:`issue_and_complete`; the passes after it add edges only): per node, attribute
+    access costs more than the passes' own work."""
+
+    start: list[float]
+    end: list[float]
+    lane: list[str]
+    kind: list[NodeKind]
+    on_thread: list[bool]            # a host thread's node (else a stream's)
+
+    @classmethod
+    def of(cls, nodes: list[Node]) -> NodeView:
+        start = np.array([n.start_us for n in nodes], dtype=np.float64)
+        end = start + np.array([n.duration_us for n in nodes], dtype=np.float64)
+        lanes = [n.lane for n in nodes]
+        threads = {lane: lane.startswith("thread") for lane in set(lanes)}
+        return cls(start.tolist(), end.tolist(), lanes, [n.kind for n in nodes],
+                   [threads[lane] for lane in lanes])
+
+
+def untraced_waits(p: Prepared, part: Part, view: NodeView) -> None:
     """A host thread's gap that ends soon after a host collective (gloo) ended inside it:
     the thread blocked on that collective without a span saying so (see
     :data:`WAKE_UP_SLACK_US`)."""
-    done = [(part.nodes[part.transfer[i]].end_us, part.transfer[i]) for i in part.collectives
-            if i in part.transfer and p.host_comm[i]]
+    start, end = view.start, view.end
+    # (end, node), sorted: the latest that ended by a time is found by bisection
+    done = sorted((end[part.transfer[i]], part.transfer[i]) for i in part.collectives
+                  if i in part.transfer and p.host_comm[i])
     if not done:
         return
+    done_ends = [d[0] for d in done]
     waited = {v for _, v, kind in part.edges if kind == EdgeKind.COMPLETE}
     for u, v, kind in list(part.edges):
-        before, after = part.nodes[u], part.nodes[v]
-        if (kind != EdgeKind.PROGRAM or v in waited or not after.lane.startswith("thread")
-                or after.kind in (NodeKind.ARRIVE, NodeKind.COMMUNICATION)
-                or after.start_us - before.end_us <= 2 * COMPLETION_SLACK_US):
+        # (the gap first: most edges have none)
+        if (start[v] - end[u] <= 2 * COMPLETION_SLACK_US or kind != EdgeKind.PROGRAM
+                or v in waited or not view.on_thread[v]
+                or view.kind[v] in (NodeKind.ARRIVE, NodeKind.COMMUNICATION)):
             continue
-        ended = [d for d in done if before.end_us < d[0] <= after.start_us
-                 and after.start_us - d[0] <= WAKE_UP_SLACK_US]
-        if ended:
-            part.edges.append((max(ended)[1], v, EdgeKind.COMPLETE))
+        # the latest collective that ended by the node's start: if any ended in the gap
+        # and woke the thread, that one did (both tests are monotone in its end)
+        j = bisect.bisect_right(done_ends, start[v]) - 1
+        if j >= 0 and end[u] < done_ends[j] and start[v] - done_ends[j] <= WAKE_UP_SLACK_US:
+            part.edges.append((done[j][1], v, EdgeKind.COMPLETE))
 
 
-def thread_handoffs(part: Part) -> None:
+def thread_handoffs(part: Part, view: NodeView) -> None:
     """Hand-off edges on a GPU run: a host thread's node that starts after a gap longer than
     ``2 × COMPLETION_SLACK_US`` with no completion or issue edge, at most
     :data:`HANDOFF_SLACK_US` after a node of another host thread of the rank ended inside the
@@ -126,72 +155,75 @@ def thread_handoffs(part: Part) -> None:
     node, on another thread than the step's own) was handed its work by the step's thread:
     it waited for the last node of that thread that ended before it began, however long
     before (untraced time between them: the autograd engine starting backward)."""
-    nodes = part.nodes
-    host = [k for k in range(1, len(nodes)) if nodes[k].lane.startswith("thread")]
+    start, end, lanes = view.start, view.end, view.lane
+    host = [k for k in range(1, len(start)) if view.on_thread[k]]
     if not host:
         return
-    ends = np.array([nodes[k].end_us for k in host])
-    order = np.argsort(ends, kind="stable")
-    ends, by_end = ends[order], np.array(host, dtype=np.int64)[order]
-    explained = {v for _, v, kind in part.edges if kind in (
-        EdgeKind.COMPLETE, EdgeKind.ISSUE, EdgeKind.HANDOFF)}
+    by_end = np.array(host, dtype=np.int64)
+    order = np.argsort(np.array(end)[by_end], kind="stable")
+    by_end = by_end[order]
+    ends = np.array(end)[by_end]
+    explained: set[int] = set()
     before: dict[int, float] = {}
     for u, v, kind in part.edges:
-        if kind == EdgeKind.PROGRAM and nodes[v].lane.startswith("thread"):
-            before[v] = nodes[u].end_us
-    step_lane = nodes[0].lane
+        if kind == EdgeKind.PROGRAM:
+            if view.on_thread[v]:
+                before[v] = end[u]
+        elif kind in (EdgeKind.COMPLETE, EdgeKind.ISSUE, EdgeKind.HANDOFF):
+            explained.add(v)
+    step_lane = lanes[0]
     for k in host:
-        node = nodes[k]
-        since = before.get(k, nodes[0].start_us)
-        if k in explained or node.start_us - since <= 2 * COMPLETION_SLACK_US:
+        since = before.get(k, start[0])
+        if k in explained or start[k] - since <= 2 * COMPLETION_SLACK_US:
             continue
         first = k not in before
-        if first and node.lane == step_lane:
+        lane = lanes[k]
+        if first and lane == step_lane:
             continue
         lo = np.searchsorted(ends, since if first else max(
-            since, node.start_us - HANDOFF_SLACK_US), side="right")
-        hi = np.searchsorted(ends, node.start_us, side="right")
-        others = [int(j) for j in by_end[lo:hi][::-1].tolist() if nodes[j].lane != node.lane
-                  and (not first or nodes[j].lane == step_lane)]
-        if others:
-            part.edges.append((others[0], k, EdgeKind.HANDOFF))
+            since, start[k] - HANDOFF_SLACK_US), side="right")
+        hi = np.searchsorted(ends, start[k], side="right")
+        other = next((j for j in by_end[lo:hi][::-1].tolist() if lanes[j] != lane
+                      and (not first or lanes[j] == step_lane)), None)
+        if other is not None:
+            part.edges.append((other, k, EdgeKind.HANDOFF))
 
 
-def stream_waits(p: Prepared, part: Part) -> int:
+def stream_waits(p: Prepared, part: Part, view: NodeView) -> int:
     """Stream edges into the step's device records: from the kernel a cross-stream event wait
     read from the host's calls held it for (``Prepared.waits_for``), where that kernel is in
     the step; else, for a record that started :data:`STREAM_HELD_US` or more after both its
     launch and its stream's previous record ended, from the latest record of another stream
     of the rank that ended within :data:`STREAM_SLACK_US` before it started. Returns how many
     records were held with neither: the trace does not show what they waited for."""
-    nodes = part.nodes
+    start, end, lanes = view.start, view.end, view.lane
     ready: dict[int, float] = {}
     for u, v, kind in part.edges:
-        if kind in (EdgeKind.PROGRAM, EdgeKind.LAUNCH) and nodes[v].lane.startswith("stream"):
-            ready[v] = max(ready.get(v, -np.inf), nodes[u].end_us)
+        if kind in (EdgeKind.PROGRAM, EdgeKind.LAUNCH) and not view.on_thread[v]:
+            ready[v] = max(ready.get(v, -np.inf), end[u])
     lasts = np.array([part.last[i] for i in part.device], dtype=np.int64)
     if not lasts.size:
         return 0
-    ends = np.array([nodes[k].end_us for k in lasts.tolist()])
+    ends = np.array(end)[lasts]
     order = np.argsort(ends, kind="stable")
     lasts, ends = lasts[order], ends[order]
     unexplained = 0
     for i in part.device:
         first = part.first[i]
-        node = nodes[first]
         source = p.waits_for.get(i)
         if source is not None and source in part.last and \
-                nodes[part.last[source]].end_us <= node.start_us + STREAM_SLACK_US:
+                end[part.last[source]] <= start[first] + STREAM_SLACK_US:
             part.edges.append((part.last[source], first, EdgeKind.STREAM))
             continue
         # a lane's first record (no edge yet: its step edge comes last) was ready at the start
-        if node.start_us - ready.get(first, nodes[0].start_us) < STREAM_HELD_US:
+        if start[first] - ready.get(first, start[0]) < STREAM_HELD_US:
             continue
-        lo = np.searchsorted(ends, node.start_us - STREAM_SLACK_US, side="left")
-        hi = np.searchsorted(ends, node.start_us, side="right")
-        others = [int(k) for k in lasts[lo:hi][::-1].tolist() if nodes[k].lane != node.lane]
-        if others:
-            part.edges.append((others[0], first, EdgeKind.STREAM))
+        lo = np.searchsorted(ends, start[first] - STREAM_SLACK_US, side="left")
+        hi = np.searchsorted(ends, start[first], side="right")
+        other = next((int(k) for k in lasts[lo:hi][::-1].tolist() if lanes[k] != lanes[first]),
+                     None)
+        if other is not None:
+            part.edges.append((other, first, EdgeKind.STREAM))
         else:
             unexplained += 1
     return unexplained

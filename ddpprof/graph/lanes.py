@@ -52,6 +52,12 @@ def segments(start: np.ndarray, end: np.ndarray, lo: float, hi: float,
     order = np.lexsort((-end, start))
     pieces: list[tuple[int, float, float]] = []
     stack: list[int] = []
+    # the inner loop on Python floats (the same values as the arrays'): per element, numpy's
+    # scalar indexing costs more than the work
+    starts = np.maximum(start, lo).tolist()
+    ends = np.minimum(end, hi).tolist()
+    picked: list[bool] = of.tolist() if parents is not None and of is not None else []
+    record = parents if picked else None
     t = lo
 
     def emit(until: float) -> None:
@@ -64,18 +70,18 @@ def segments(start: np.ndarray, end: np.ndarray, lo: float, hi: float,
         t = max(t, until)
 
     for i in order.tolist():
-        s = max(float(start[i]), lo)
-        while stack and min(float(end[stack[-1]]), hi) <= s:
-            emit(min(float(end[stack[-1]]), hi))
+        s = starts[i]
+        while stack and ends[stack[-1]] <= s:
+            emit(ends[stack[-1]])
             stack.pop()
         emit(s)
         t = max(t, s)
-        if parents is not None and stack and of is not None and of[i]:
-            parents[i] = stack[-1]
-        if min(float(end[i]), hi) > s:
+        if record is not None and stack and picked[i]:
+            record[i] = stack[-1]
+        if ends[i] > s:
             stack.append(i)
     while stack:
-        emit(min(float(end[stack[-1]]), hi))
+        emit(ends[stack[-1]])
         stack.pop()
     return pieces
 
@@ -85,39 +91,47 @@ def host_lanes(p: Prepared, part: Part, host: np.ndarray, lo: float, hi: float) 
     program order: communication for a host backend's collective (after an *arrive* node where
     it starts), host work for launches, ``c10d::`` ops, waits and any host op of a GPU run, and
     compute otherwise."""
-    trace, rank = p.trace, part.rank
+    trace, rank, nodes, edges = p.trace, part.rank, part.nodes, part.edges
     s, e = trace.start_us, trace.end_us
-    for thread in np.unique(trace.thread_id[host]).tolist():
-        events = host[trace.thread_id[host] == thread]
+    threads = trace.thread_id[host]
+    for thread in np.unique(threads).tolist():
+        events = host[threads == thread]
         lane = f"thread {trace.threads[thread][1]}"
         previous = None
         parents: dict[int, int] = {}
-        first_node = len(part.nodes)
+        first_node = len(nodes)
+        # what each event is, as lists (per event, numpy's scalar indexing costs more)
+        ids, name_ids = events.tolist(), trace.name_id[events].tolist()
+        comm, in_comm = p.host_comm[events].tolist(), p.in_host_comm[events].tolist()
+        in_step = (s[events] >= lo).tolist()
+        hosted = (p.issuing[events] | p.waits[events] | p.in_host_wait[events]).tolist()
         for k, a, b in segments(s[events], e[events], lo, hi, parents, p.gradients[events]):
-            i = int(events[k])
-            name = trace.names[trace.name_id[i]]
-            if p.host_comm[i] and i not in part.first and s[i] >= lo:
-                arrive = part.add(Node(rank, lane, NodeKind.ARRIVE, name, a, 0.0))
+            i = ids[k]
+            name = trace.names[name_ids[k]]
+            if comm[k] and i not in part.first and in_step[k]:
+                arrive = len(nodes)
+                nodes.append(Node(rank, lane, NodeKind.ARRIVE, name, a, 0.0))
                 part.arrive[i] = arrive
                 part.collectives.append(i)
                 if previous is not None:
-                    part.edges.append((previous, arrive, EdgeKind.PROGRAM))
+                    edges.append((previous, arrive, EdgeKind.PROGRAM))
                 previous = arrive
                 kind = NodeKind.COMMUNICATION
-            elif p.host_comm[i] or p.in_host_comm[i]:
+            elif comm[k] or in_comm[k]:
                 kind = NodeKind.COMMUNICATION
-            elif p.issuing[i] or p.waits[i] or p.in_host_wait[i] or p.gpu:
+            elif hosted[k] or p.gpu:
                 kind = NodeKind.HOST
             else:
                 kind = NodeKind.COMPUTE
-            node = part.add(Node(rank, lane, kind, name, a, b - a))
+            node = len(nodes)
+            nodes.append(Node(rank, lane, kind, name, a, b - a))
             if i in part.arrive:
                 part.transfer.setdefault(i, node)
             part.first.setdefault(i, node)
             part.last[i] = node
             part.pieces.setdefault(i, []).append(node)
             if previous is not None:
-                part.edges.append((previous, node, EdgeKind.PROGRAM))
+                edges.append((previous, node, EdgeKind.PROGRAM))
             previous = node
         hooks_end, copies = thread_marks(trace, part.nodes[first_node:], events, parents, hi,
                                          events[p.bucket_copies[events]])
@@ -178,10 +192,12 @@ def step_ends(part: Part, hi: float, lane: str) -> None:
     last node to a step end node."""
     firsts: dict[str, int] = {}
     lasts: dict[str, int] = {}
-    in_time = sorted(range(1, len(part.nodes)), key=lambda k: (part.nodes[k].start_us, k))
-    for k in in_time:
-        firsts.setdefault(part.nodes[k].lane, k)
-        lasts[part.nodes[k].lane] = k
+    lanes = [node.lane for node in part.nodes]
+    start = np.array([node.start_us for node in part.nodes[1:]], dtype=np.float64)
+    # in time order (of equal starts, as added)
+    for k in (np.lexsort((np.arange(start.size), start)) + 1).tolist():
+        firsts.setdefault(lanes[k], k)
+        lasts[lanes[k]] = k
     for lane_name, k in firsts.items():
         part.edges.append((0, k, EdgeKind.PROGRAM if lane_name == lane else EdgeKind.STEP))
     end = part.add(Node(part.rank, lane, NodeKind.STEP_END, "step end", hi, 0.0))

@@ -210,8 +210,9 @@ def recorded_graph(step: str, origin_us: float, nodes: list[Node],
     sources ended at the same time, the first listed binds."""
     start = np.array([node.start_us for node in nodes], dtype=np.float64)
     end = start + np.array([node.duration_us for node in nodes], dtype=np.float64)
-    src = np.array([e[0] for e in edges], dtype=np.int64)
-    dst = np.array([e[1] for e in edges], dtype=np.int64)
+    sources, targets, kinds = zip(*edges, strict=True) if edges else ((), (), ())
+    src = np.array(sources, dtype=np.int64)
+    dst = np.array(targets, dtype=np.int64)
     gap = start[dst] - end[src]
     # each node's binding edge: the latest-ending source, of equal ends the first listed
     order = np.lexsort((np.arange(dst.size)[::-1], end[src], dst))
@@ -219,7 +220,7 @@ def recorded_graph(step: str, origin_us: float, nodes: list[Node],
     if dst.size:
         binds[order[np.flatnonzero(np.append(dst[order][1:] != dst[order][:-1], True))]] = True
     gaps = np.where(binds, gap, np.minimum(gap, 0.0)).tolist()
-    gapped = [Edge(u, v, kind, g) for (u, v, kind), g in zip(edges, gaps, strict=True)]
+    gapped = list(map(Edge, sources, targets, kinds, gaps))
     has_edge = np.zeros(len(nodes), dtype=bool)
     has_edge[dst] = True
     released = [node if has_edge[i] else msgspec.structs.replace(node, release_us=node.start_us)

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import msgspec
 
+from ..metrics.tax import OverlapTax
+from ..trace.loader import _collector_paused
 from .build import RankStep, join_steps
 from .contended import Tax
 from .model import CycleError, StepGraph
@@ -96,9 +98,17 @@ class StepPath(msgspec.Struct, frozen=True):
         return max(waits, key=lambda row: row.us).rank if waits else None
 
 
-class CriticalPathDocument(msgspec.Struct):
+class CriticalPathSection(msgspec.Struct):
+    """The critical paths of some runs' steps: ``analyze --critical-path``'s part of the
+    analyze document, and the body of ``critical-path``'s own."""
+
     steps: list[StepPath]
     notes: list[str]
+
+
+class CriticalPathDocument(CriticalPathSection):
+    """``ddpprof critical-path --json``."""
+
     schema: str = SCHEMA
     version: int = VERSION
 
@@ -154,6 +164,16 @@ def _segments(pieces: list[PathPiece]) -> list[Segment]:
     return segments
 
 
+def measured_run_paths(run: str, ranks: dict[int, list[RankStep]],
+                       overlap_tax: OverlapTax | None, edits: Sequence[list[Edit]] = ()
+                       ) -> tuple[list[StepPath], list[StepGraph], list[str], Tax]:
+    """:func:`run_paths` with each what-if replayed under the run's measured overlap tax
+    (``Tax.measured``), which comes back with them (the findings' replays use it too)."""
+    tax = Tax.measured(overlap_tax, [])
+    return (*run_paths(run, ranks, edits, tax if edits else None), tax)
+
+
+@_collector_paused()     # (see ``build.rank_steps``)
 def run_paths(run: str, ranks: dict[int, list[RankStep]], edits: Sequence[list[Edit]],
               tax: Tax | None = None) -> tuple[list[StepPath], list[StepGraph], list[str]]:
     """Every analyzed step of one run: its path summary and graph, and notes, from each rank's

@@ -71,21 +71,51 @@ def device_breakdown(start_us: np.ndarray, end_us: np.ndarray, is_compute: np.nd
     ``window``, if given, is the window's (start, end) instead, the events clipped to it by
     the caller (a step's share of a device timeline that steps tile).
     """
+    sets = device_sets(start_us, end_us, is_compute, is_comm, host_comm)
+    if sets is None:
+        return EMPTY_BREAKDOWN if window is None else NO_DEVICE_SETS.breakdown(window)
+    return sets.breakdown(window)
+
+
+@dataclass(frozen=True)
+class DeviceSets:
+    """The interval sets :func:`device_breakdown` measures, kept for a caller that needs them
+    again (the idle time the host signals look at, the compute beside each collective): the
+    first start and last end of the events and ``host_comm``, ``busy`` (their union),
+    ``compute`` and ``comm`` (communication kernels and ``host_comm``)."""
+
+    first_us: float
+    last_us: float
+    busy: Intervals
+    compute: Intervals
+    comm: Intervals
+
+    def breakdown(self, window: tuple[float, float] | None = None) -> Breakdown:
+        """:func:`device_breakdown`'s figures of these sets (over ``window`` if given)."""
+        window_us = float(window[1] - window[0]) if window is not None else (
+            self.last_us - self.first_us)
+        compute_us, busy_us = iv.length(self.compute), iv.length(self.busy)
+        return Breakdown(
+            window_us=window_us, compute_us=compute_us, non_compute_us=busy_us - compute_us,
+            idle_us=window_us - busy_us, comm_us=iv.length(self.comm),
+            overlap_us=iv.length(iv.intersect(self.compute, self.comm)),
+            exposed_comm_us=iv.length(iv.subtract(self.comm, self.compute)))
+
+
+NO_DEVICE_SETS = DeviceSets(math.nan, math.nan, EMPTY, EMPTY, EMPTY)
+
+
+def device_sets(start_us: np.ndarray, end_us: np.ndarray, is_compute: np.ndarray,
+                is_comm: np.ndarray, host_comm: Intervals = EMPTY) -> DeviceSets | None:
+    """:func:`device_breakdown`'s interval sets of these events; None without any event."""
     starts = np.concatenate([start_us, host_comm[0]])
     ends = np.concatenate([end_us, host_comm[1]])
-    if starts.size == 0 and window is None:
-        return EMPTY_BREAKDOWN
-    window_us = float(window[1] - window[0]) if window is not None else float(
-        ends.max() - starts.min())
-    busy = iv.union(starts, ends)
-    compute = iv.union(start_us[is_compute], end_us[is_compute])
-    comm = iv.merge(iv.union(start_us[is_comm], end_us[is_comm]), host_comm)
-    compute_us, busy_us = iv.length(compute), iv.length(busy)
-    return Breakdown(
-        window_us=window_us, compute_us=compute_us, non_compute_us=busy_us - compute_us,
-        idle_us=window_us - busy_us, comm_us=iv.length(comm),
-        overlap_us=iv.length(iv.intersect(compute, comm)),
-        exposed_comm_us=iv.length(iv.subtract(comm, compute)))
+    if starts.size == 0:
+        return None
+    return DeviceSets(
+        first_us=float(starts.min()), last_us=float(ends.max()), busy=iv.union(starts, ends),
+        compute=iv.union(start_us[is_compute], end_us[is_compute]),
+        comm=iv.merge(iv.union(start_us[is_comm], end_us[is_comm]), host_comm))
 
 
 def hta_merge(start_us: np.ndarray, end_us: np.ndarray,

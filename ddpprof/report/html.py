@@ -9,13 +9,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
 from ..advice import Finding
-from ..analysis import Analysis, RunResult, rank_row, run_row
-from ..analysis.group_rows import group_rows
+from ..analysis import Analysis, RunResult, rank_row
 from ..analysis.rows import (
     COLUMN_KINDS,
     CollectiveRow,
@@ -32,6 +31,10 @@ from ..render.charts import colour, embed, generated, layout, plotly_js, rounded
 from ..render.table import format_cell, format_value, template_environment
 from ..variants import variant_info
 from . import console
+
+if TYPE_CHECKING:   # the facade is the report's caller; only its types are read here
+    from ..job import JobSet
+    from ..job_results import BucketsResult
 
 #: The comparison table: one name per metric (``ddpprof.metrics.registry``); the page shows
 #: its label and unit, and its name and definition on hover.
@@ -285,14 +288,14 @@ GROUP_COLUMNS = ["name", "description", "groups", "calls_per_step", "bytes_per_s
                  "queued_ms_per_step", "queued_behind", "source"]
 
 
-def group_tables(analysis: Analysis) -> list[dict[str, Any]]:
-    """Per run with named process groups, one row per group (``GroupRow``)."""
-    return [{"run": run.name, "rows": [{**row.to_dict(), "groups": " | ".join(
+def group_tables(jobs: JobSet) -> list[dict[str, Any]]:
+    """Per run with named process groups, one row per group (``Job.process_groups``)."""
+    return [{"run": job.name, "rows": [{**row.to_dict(), "groups": " | ".join(
                  ",".join(map(str, ranks)) for ranks in row.groups) or None}
-                 for row in group_rows(run)]}
-            for run in analysis.runs
-            if len(run.process_groups) > 1 or any(g.name != "default"
-                                                  for g in run.process_groups)]
+                 for row in job.process_groups().groups]}
+            for job in jobs
+            if len(job.run.process_groups) > 1 or any(g.name != "default"
+                                                      for g in job.run.process_groups)]
 
 
 def _rank_memory(run: RunResult, rank: int) -> dict[str, float | None]:
@@ -313,11 +316,10 @@ BUCKET_COLUMNS = [("index", "Bucket"), ("size_bytes", "Bytes"), ("gradients", "G
                   ("done_ms", "Done (ms)"), ("exposed_ms", "Exposed (ms)")]
 
 
-def bucket_figure(run: RunResult) -> go.Figure | None:
+def bucket_figure(timeline: BucketsResult) -> go.Figure | None:
     """One row per bucket: from ready to launched (waiting to start) and from launched to
     done (the all-reduce), with the end of backward marked."""
-    timeline = run.ranks[0].buckets
-    if timeline is None or not timeline.buckets:
+    if not timeline.buckets:
         return None
     rows = timeline.buckets
     labels = [f"bucket {b.index}" for b in rows]
@@ -335,20 +337,21 @@ def bucket_figure(run: RunResult) -> go.Figure | None:
     if timeline.backward_end_ms is not None:
         fig.add_vline(x=timeline.backward_end_ms, line_dash="dash", line_color="#555",
                       annotation_text="backward ends")
-    return layout(fig, f"{run.name}: buckets of {timeline.step}, rank {run.ranks[0].rank} "
+    return layout(fig, f"{timeline.run}: buckets of {timeline.step}, rank {timeline.rank} "
                         "(ms from the step's start)", barmode="overlay", xaxis_title="ms",
                    height=140 + 40 * len(rows), yaxis=dict(autorange="reversed"))
 
 
-def bucket_tables(analysis: Analysis) -> list[dict[str, Any]]:
-    """Each run's bucket table; a figure of it for the first :data:`MAX_DRAWN_RUNS` runs."""
+def bucket_tables(jobs: JobSet) -> list[dict[str, Any]]:
+    """Each run's bucket table (``Job.buckets``); a figure of it for the first
+    :data:`MAX_DRAWN_RUNS` runs."""
     tables = []
-    for index, run in enumerate(analysis.runs):
-        timeline = run.ranks[0].buckets
-        if timeline is None or not timeline.buckets:
+    for index, job in enumerate(jobs):
+        timeline = job.buckets()
+        if not timeline.buckets:
             continue
-        figure = bucket_figure(run) if index < MAX_DRAWN_RUNS else None
-        tables.append({"run": run.name, "step": timeline.step,
+        figure = bucket_figure(timeline) if index < MAX_DRAWN_RUNS else None
+        tables.append({"run": job.name, "step": timeline.step,
                        "backward_end_ms": timeline.backward_end_ms,
                        "rows": [asdict(b) for b in timeline.buckets],
                        "figure": embed(figure) if figure else None})
@@ -424,13 +427,15 @@ def header(name: str) -> dict[str, str]:
             "title": f"{name}: {found.definition}"}
 
 
-def render_report(analysis: Analysis, title: str, findings: list[Finding] | None = None,
+def render_report(jobs: JobSet, title: str, findings: list[Finding] | None = None,
                   extra_figures: Sequence[go.Figure] = ()) -> str:
-    """The whole page as one string (the caller writes it). It opens on the answer: each
-    run's step and where it goes, and the top findings (``findings``, those worth listing);
-    then the comparison, per-rank and per-group tables, the charts (``extra_figures``,
-    ``analyze --critical-path``'s, after the others), the timelines and the buckets."""
-    run_rows = [run_row(run) for run in analysis.runs]
+    """The whole page as one string (the caller writes it), read from ``jobs`` (the runs
+    ``analyze`` saw, ``ddpprof.JobSet``). It opens on the answer: each run's step and where
+    it goes, and the top findings (``findings``, those worth listing); then the comparison,
+    per-rank and per-group tables, the charts (``extra_figures``, ``analyze
+    --critical-path``'s, after the others), the timelines and the buckets."""
+    analysis = jobs.analysis
+    run_rows = [job.summary() for job in jobs]
     communicates = bool(_kinds_present(run_rows))   # charts of communication need some
     figures = [breakdown_figure(run_rows),
                *([overlap_figure(run_rows), collectives_figure(run_rows),
@@ -443,7 +448,7 @@ def render_report(analysis: Analysis, title: str, findings: list[Finding] | None
     html_figures = [embed(fig) for fig in [*figures, *extra_figures]]
     drawn = analysis.runs[:MAX_DRAWN_RUNS]
     html_timelines = [embed(timeline_figure(run)) for run in drawn]
-    buckets = bucket_tables(analysis)
+    buckets = bucket_tables(jobs)
     shown = [finding_view(f) for f in console.listed(findings or [])]
     rows, notes = comparison_rows(run_rows)
     used = [*TABLE_COLUMNS, *RANK_COLUMNS, *GROUP_COLUMNS]
@@ -455,7 +460,7 @@ def render_report(analysis: Analysis, title: str, findings: list[Finding] | None
         columns=[header(key) for key in TABLE_COLUMNS], rows=rows, table_notes=notes,
         cell=format_cell, figures=html_figures,
         rank_columns=[header(k) for k in RANK_COLUMNS], rank_tables=rank_tables(analysis),
-        group_columns=[header(k) for k in GROUP_COLUMNS], group_tables=group_tables(analysis),
+        group_columns=[header(k) for k in GROUP_COLUMNS], group_tables=group_tables(jobs),
         timelines=html_timelines, bucket_columns=BUCKET_COLUMNS, bucket_tables=buckets,
         figure_count=1 + len(html_figures) + len(html_timelines) + sum(
             1 for b in buckets if b["figure"]),

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..graph.contended import Tax
 from ..metrics.cost import CostModel
+
+if TYPE_CHECKING:   # the graphs' machinery is imported where a replay is made, not by analyze
+    from ..graph.contended import Tax
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..analysis import AnalysisOptions, analyze_run
@@ -21,6 +22,7 @@ from ..metrics.cost import CostModel
 from ..metrics.middle import middle_index
 from ..run.discover import discover
 from ..run.manifest import INCOMPLETE, RunManifest, effective_status, status_detail
+from ..trace.loader import _collector_paused
 from ..variants import VariantInfo, variant_info
 from . import output, sources
 from .results import Measured, Prediction, Simulation
@@ -36,10 +38,35 @@ def simulate_run(run_path: Path, sizes_mib: list[float], world_sizes: list[int] 
                  edits: Sequence[Edit] = (),
                  jobs: int | None = None, shared_cores: int | None = None) -> Simulation:
     """``ddpprof simulate``: analyze ``run_path`` over ``analyze``'s window (the last
-    ProfilerStep dropped unless ``keep_last_step``) with its steps' graphs, and predict its
-    own configuration and every (world size, cap) combination (:func:`simulate`).
-    ``shared_cores``: every rank shares that many cores (one CPU host; 0: none; None: as the
-    run says, :func:`cores_shared`)."""
+    ProfilerStep dropped unless ``keep_last_step``) with its steps' graphs
+    (:func:`replay_inputs`), and predict its own configuration and every (world size, cap)
+    combination (:func:`simulate`). ``shared_cores``: every rank shares that many cores (one
+    CPU host; 0: none; None: as the run says, :func:`cores_shared`)."""
+    found = replay_inputs(run_path, bandwidth_gbps, latency_us, measured_file,
+                          calibration_file, keep_last_step, on_note, edits, jobs)
+    return simulate(run_path, found.run, sizes_mib, world_sizes, found.costs, ready_order,
+                    found.sweep_points, tuple(edits), shared_cores=shared_cores)
+
+
+@dataclass(frozen=True)
+class ReplayInputs:
+    """What a replay of a recorded run starts from: the run analyzed with its steps' graphs
+    (with ``options``), the cost model's sources, and a sweep's measured step per cap (ms)."""
+
+    run: RunResult
+    options: AnalysisOptions
+    costs: Costs
+    sweep_points: dict[float, float]
+
+
+def replay_inputs(run_path: Path, bandwidth_gbps: float | None = None,
+                  latency_us: float | None = None, measured_file: Path | None = None,
+                  calibration_file: Path | None = None, keep_last_step: bool = False,
+                  on_note: Callable[[str], None] | None = None, edits: Sequence[Edit] = (),
+                  jobs: int | None = None) -> ReplayInputs:
+    """The one complete run at ``run_path``, checked replayable and analyzed with its steps'
+    graphs, and the cost model and measured points ``simulate``'s options name; every
+    problem is a ``UsageError`` naming the path or the option."""
     if bandwidth_gbps is not None and (bandwidth_gbps <= 0 or (latency_us or 0) < 0):
         raise UsageError("--bandwidth-gbps must be positive and --latency-us not negative")
     calibration = sources.given_calibration(calibration_file)
@@ -58,17 +85,16 @@ def simulate_run(run_path: Path, sizes_mib: list[float], world_sizes: list[int] 
         raise UsageError(f"{run.folder}: the run is {status} ({status_detail(run.manifest)}); "
                          "simulate calibrates only from a complete run")
     check_replayable(run.manifest, run.folder)
-    analyzed = analyze_run(run, AnalysisOptions(keep_last_step=keep_last_step,
-                                                step_graphs=True, jobs=jobs,
-                                                max_graph_steps=REPLAYED_STEPS))
+    options = AnalysisOptions(keep_last_step=keep_last_step, step_graphs=True, jobs=jobs,
+                              max_graph_steps=REPLAYED_STEPS)
+    analyzed = analyze_run(run, options)
     if len(analyzed) != 1:
         raise UsageError(f"{run.folder}: its {len(analyzed)} traces carry no rank, so they are "
                          "not one run's ranks; give one trace, or a run folder")
     check_rank_edits(edits, (r.rank for r in analyzed[0].ranks), f"run {run.folder}")
     sweep_points = output.measured_steps(measured_file, run.manifest) if measured_file else {}
-    return simulate(run_path, analyzed[0], sizes_mib, world_sizes,
-                    Costs(bandwidth_gbps, latency_us, calibration), ready_order, sweep_points,
-                    tuple(edits), shared_cores=shared_cores)
+    return ReplayInputs(analyzed[0], options, Costs(bandwidth_gbps, latency_us, calibration),
+                        sweep_points)
 
 
 def check_replayable(manifest: RunManifest, where: object) -> None:
@@ -81,6 +107,7 @@ def check_replayable(manifest: RunManifest, where: object) -> None:
                          f"{variant} communicates over several (its mesh's dimensions)")
 
 
+@_collector_paused()     # (see ``graph.build.rank_steps``)
 def simulate(run_path: Path, run: RunResult, sizes_mib: list[float],
              world_sizes: list[int] | None, costs: Costs, ready_order: bool = False,
              sweep_points: dict[float, float] | None = None, edits: tuple[Edit, ...] = (),
@@ -138,8 +165,9 @@ def simulate(run_path: Path, run: RunResult, sizes_mib: list[float],
     def resized(n: int) -> WorldSize | None:
         return None if n == world else WorldSize(n, world, sharded, shared_cores, threads)
 
-    single = [o.step_us for s in steps if (o := s.replay(edits, None, WorldSize(
-        1, world, sharded, shared_cores, threads), model, backend))]
+    # at the run's own world size the one-rank replay is the recorded one (remembered)
+    single = [o.step_us for s in steps if (o := s.replay(edits, None, resized(1), model,
+                                                         backend))]
     predictions = []
     for n, cap, recorded in _configurations(info, config.bucket_cap_mib if config else None,
                                             sizes_mib, world_sizes, world):

@@ -88,18 +88,13 @@ class RankTrace:
         return int(self.start_us.size)
 
 
-def launch_times(trace: RankTrace, stream: np.ndarray, start: np.ndarray) -> np.ndarray:
+def launch_times(stream: np.ndarray, start: np.ndarray, launcher: np.ndarray) -> np.ndarray:
     """When each event was issued: a host event's own start; a device event's launching host
-    event's start (same correlation id), else its own start."""
-    host = (stream < 0) & trace.has_correlation
+    event's start (``launcher``: ``structure.launching_host_event``, the host event with its
+    correlation id), else its own start."""
     launch = np.where(stream < 0, start, np.nan)
-    if host.any():
-        order = np.argsort(trace.correlation[host], kind="stable")
-        host_corr = trace.correlation[host][order]
-        host_start = start[host][order]
-        where = np.clip(np.searchsorted(host_corr, trace.correlation), 0, host_corr.size - 1)
-        matched = trace.has_correlation & (host_corr[where] == trace.correlation)
-        launch = np.where(matched & (stream >= 0), host_start[where], launch)
+    launched = (stream >= 0) & (launcher >= 0)
+    launch[launched] = start[launcher[launched]]
     unmatched_device = (stream >= 0) & np.isnan(launch)
     launch[unmatched_device] = start[unmatched_device]
     return launch

@@ -117,15 +117,17 @@ def _pieces_holding(trace: RankTrace, spans: np.ndarray, events: np.ndarray
 
 
 def structural_comm(trace: RankTrace, stream: np.ndarray, kinds: np.ndarray,
-                    selected: np.ndarray) -> StructuralComm:
-    """The selected compute kernels that are communication by structure (module docstring)."""
+                    selected: np.ndarray, launcher: np.ndarray | None = None
+                    ) -> StructuralComm:
+    """The selected compute kernels that are communication by structure (module docstring);
+    ``launcher``: ``launching_host_event(trace, stream)``, where the caller has it."""
     none = StructuralComm(np.zeros(trace.n_events, dtype=bool))
     kernels = np.flatnonzero(selected & (stream >= 0) & np.isin(
         kinds, (Kind.COMPUTE, Kind.COMMUNICATION)))
     span_mask = classify.per_name(trace, classify.launches_communication) & (stream < 0)
     if not kernels.size or not span_mask.any():
         return none
-    launcher = launching_host_event(trace, stream)[kernels]
+    launcher = (launching_host_event(trace, stream) if launcher is None else launcher)[kernels]
     launched = launcher >= 0
     kernels, launcher = kernels[launched], launcher[launched]
     piece = enclosing(trace, span_mask, launcher)
