@@ -34,7 +34,7 @@ def test_every_variant_records_traces_and_a_complete_manifest(all_variants):
         manifest = json.loads((out / variant / "run.json").read_text())
         config, measured = manifest["config"], manifest["measured"]
         world = 1 if variant == "single" else 2
-        assert manifest["status"] == "complete" and manifest["schema_version"] == 3
+        assert manifest["status"] == "complete" and manifest["schema_version"] == 4
         assert config["variant"] == variant and config["nproc"] == measured["world_size"] == world
         assert config["backend"] == "gloo" and measured["parameters"] == 1_462_538
         assert config["grad_accum"] == (2 if variant == "simple_ddp_ga" else 1)
