@@ -143,19 +143,25 @@ def test_wrapped_buffers_compare_what_every_rank_still_holds(tmp_path):
     assert document.groups[0].first_seq == 7
 
 
+def _mesh_rank(r: int) -> tuple[Op, Op, dict[str, tuple[str, list[int]]]]:
+    """Rank ``r`` of a 2 x 2 mesh (tensor-parallel pairs 0-1 and 2-3, data-parallel pairs 0-2
+    and 1-3): its tensor-parallel all-reduce, its data-parallel all-gather, its groups."""
+    tp = {0: ("tp0", [0, 1]), 1: ("tp0", [0, 1]), 2: ("tp1", [2, 3]), 3: ("tp1", [2, 3])}[r]
+    dp = {0: ("dp0", [0, 2]), 2: ("dp0", [0, 2]), 1: ("dp1", [1, 3]), 3: ("dp1", [1, 3])}[r]
+    return (Op("all_reduce", 64, line=50, group=tp[0], desc="mesh_tp"),
+            Op("all_gather", 256, line=60, group=dp[0], desc="mesh_dp"),
+            {tp[0]: ("mesh_tp", tp[1]), dp[0]: ("mesh_dp", dp[1])})
+
+
 def test_a_hang_in_one_group_of_a_mesh_names_that_group(tmp_path):
     """A 2 x 2 mesh: rank 3 never issues its tensor-parallel all-reduce; its tensor-parallel
     peer waits there, its data-parallel peer waits for it in the next data-parallel one."""
-    tp = {0: ("tp0", [0, 1]), 1: ("tp0", [0, 1]), 2: ("tp1", [2, 3]), 3: ("tp1", [2, 3])}
-    dp = {0: ("dp0", [0, 2]), 2: ("dp0", [0, 2]), 1: ("dp1", [1, 3]), 3: ("dp1", [1, 3])}
     ranks = []
     for r in range(4):
-        t = Op("all_reduce", 64, line=50, group=tp[r][0], desc="mesh_tp")
-        d = Op("all_gather", 256, line=60, group=dp[r][0], desc="mesh_dp")
+        t, d, groups = _mesh_rank(r)
         ops = steps(3, d, t)
         if r == 3:
             ops.pop()
-        groups = {tp[r][0]: ("mesh_tp", tp[r][1]), dp[r][0]: ("mesh_dp", dp[r][1])}
         ranks.append(Rank(r, ops + ([] if r in (2, 3) else [d]), groups=groups))
     document = diagnosis(write(tmp_path, ranks))
     hang = document.hang
@@ -176,17 +182,13 @@ def test_the_mismatch_that_holds_a_rank_comes_before_the_collective_it_never_rea
     the mismatch, so the dumps' times do not order the two problems (nor did the recorded run's
     reliably); rank 3 never issued the all-gather rank 1 waits in because it is held in the
     broadcast: the mismatch is the hang, the waits follow from it."""
-    tp = {0: ("tp0", [0, 1]), 1: ("tp0", [0, 1]), 2: ("tp1", [2, 3]), 3: ("tp1", [2, 3])}
-    dp = {0: ("dp0", [0, 2]), 2: ("dp0", [0, 2]), 1: ("dp1", [1, 3]), 3: ("dp1", [1, 3])}
     ranks = []
     for r in range(4):
-        t = Op("all_reduce", 64, line=50, group=tp[r][0], desc="mesh_tp")
-        d = Op("all_gather", 256, line=60, group=dp[r][0], desc="mesh_dp")
+        t, d, groups = _mesh_rank(r)
         if r in (0, 1):
             ops = [*steps(2, d, t), d]
         else:
             ops = [*steps(2, t, d), t if r == 2 else replace(t, op="broadcast", line=70)]
-        groups = {tp[r][0]: ("mesh_tp", tp[r][1]), dp[r][0]: ("mesh_dp", dp[r][1])}
         ranks.append(Rank(r, ops, groups=groups))
     document = diagnosis(write(tmp_path, ranks))
     hang = document.hang
